@@ -1,0 +1,53 @@
+# notifyedge. `make help` lists the targets.
+SHELL := /bin/bash
+GO    ?= go
+PKGS  := ./...
+
+.DEFAULT_GOAL := help
+
+## help: list the targets
+help:
+	@grep -E '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk -F': ' '{ printf "  %-10s %s\n", $$1, $$2 }'
+
+## deps: install what the tests need (PostgreSQL server binaries) when missing
+deps: deps-postgres
+
+# PostgreSQL server binaries: found like durable/durabletest finds them.
+# Installing Debian's package would create and start a "main" cluster; the
+# tests start their own, so that is switched off before the install.
+deps-postgres:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing PostgreSQL server binaries (apt-get install postgresql)"; \
+		mkdir -p /etc/postgresql-common && \
+		{ [ -f /etc/postgresql-common/createcluster.conf ] || echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.conf; } && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || \
+		{ echo "could not install PostgreSQL: run 'sudo apt-get install postgresql'"; exit 1; }; \
+	else \
+		echo "missing PostgreSQL server binaries (initdb, postgres): run 'sudo apt-get install postgresql'"; exit 1; \
+	fi
+
+## test: run the whole test suite (starts its own Postgres; what CI runs)
+test: deps
+	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+## test-race: the test suite under the race detector
+test-race: deps
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## bench: the durable benchmarks (Process beside raw pgx, fsync on)
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./durable/
+
+## lint: gofmt, go vet and the import-direction check
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	@mod=$$($(GO) list -m); \
+	for p in claimcache durable; do \
+		[ -d $$p ] || continue; \
+		bad=$$($(GO) list -deps ./$$p/... | grep "^$$mod/" | grep -vE "^$$mod/$$p(/|$$)" || true); \
+		if [ -n "$$bad" ]; then echo "$$p must not import: $$bad"; exit 1; fi; \
+	done; echo "imports: ok"
+
+.PHONY: help deps deps-postgres test test-race bench lint

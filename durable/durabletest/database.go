@@ -1,0 +1,113 @@
+package durabletest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// shared is the one cluster of a test binary, started by Main.
+var shared struct {
+	cluster  *Cluster
+	template sync.Once
+	tmplErr  error
+	create   sync.Mutex // CREATE DATABASE ... TEMPLATE refuses concurrent use of a template
+	seq      atomic.Int64
+}
+
+const templateDB = "notifyedge_template"
+
+// Main runs the tests of a package against one shared throwaway cluster,
+// started before and removed after them. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { durabletest.Main(m) }
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c, err := Start(ctx, Options{TCP: true})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "durabletest:", err)
+		return 1
+	}
+	defer c.Stop()
+	shared.cluster = c
+	return m.Run()
+}
+
+// Shared returns the cluster Main started.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	if shared.cluster == nil {
+		t.Fatal("durabletest: no cluster: call durabletest.Main from TestMain")
+	}
+	return shared.cluster
+}
+
+// NewDatabase creates a database of the test's own, migrated (cloned from a
+// template migrated once per binary), drops it when the test ends, and
+// returns its unix-socket URL.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	name := CreateDatabase(t, true)
+	return Shared(t).URL(name)
+}
+
+// CreateDatabase creates a database of the test's own, migrated or empty,
+// drops it when the test ends, and returns its name.
+func CreateDatabase(t testing.TB, migrated bool) string {
+	t.Helper()
+	c := Shared(t)
+	ctx := context.Background()
+	template := "template0"
+	if migrated {
+		shared.template.Do(func() { shared.tmplErr = makeTemplate(ctx, c) })
+		if shared.tmplErr != nil {
+			t.Fatalf("durabletest: template: %v", shared.tmplErr)
+		}
+		template = templateDB
+	}
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), shared.seq.Add(1))
+	shared.create.Lock()
+	err := adminExec(ctx, c, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY", name, template))
+	shared.create.Unlock()
+	if err != nil {
+		t.Fatalf("durabletest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := adminExec(ctx, c, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("durabletest: %v", err)
+		}
+	})
+	return name
+}
+
+func makeTemplate(ctx context.Context, c *Cluster) error {
+	if err := adminExec(ctx, c, "CREATE DATABASE "+templateDB); err != nil {
+		return err
+	}
+	return durable.Migrate(ctx, c.URL(templateDB))
+}
+
+func adminExec(ctx context.Context, c *Cluster, sql string) error {
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s: %w", sql, err)
+	}
+	return nil
+}

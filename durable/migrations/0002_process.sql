@@ -1,0 +1,188 @@
+-- The callback decision as server-side functions, so that a first delivery
+-- is ONE round trip: on two busy cores, round trips are what a 200 ms budget
+-- dies of. Every statement runs in the caller's single transaction (the
+-- implicit transaction of the one SELECT that calls the function), so a
+-- rollback leaves nothing at all.
+--
+-- The events/states table is NOT here: Go passes the row of the event as
+-- parallel arrays (index i describes p_states[i]; '' means none), so the
+-- table lives in one place (durable/state.go).
+
+-- notifyedge_apply is the one conditional transition: every writer of
+-- biz_order.status goes through it. It is judged by rows affected: 0 rows
+-- means the order was not in a from-state (or its amount/currency differ),
+-- and nothing is written. On success it writes the outbox row in the same
+-- transaction. p_cur is the status the caller read under FOR UPDATE; it is
+-- the payload's "from".
+CREATE FUNCTION notifyedge_apply(
+    p_order_no text, p_cur text, p_from text[], p_to text, p_topic text,
+    p_event text, p_biz_key text, p_amount bigint, p_currency text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows int;
+BEGIN
+    UPDATE biz_order
+       SET status = p_to, updated_at = now()
+     WHERE order_no = p_order_no
+       AND status = ANY (p_from)
+       AND (p_amount IS NULL OR (amount = p_amount AND currency = p_currency));
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    IF v_rows = 0 THEN
+        RETURN false;
+    END IF;
+    INSERT INTO outbox (topic, order_no, payload)
+    VALUES (p_topic, p_order_no, jsonb_build_object(
+        'order_no', p_order_no, 'event_type', p_event,
+        'from', p_cur, 'to', p_to, 'biz_key', p_biz_key));
+    RETURN true;
+END $$;
+
+-- notifyedge_review opens a review row unless the same problem is already
+-- open (the partial unique index makes "one open row" a constraint).
+CREATE FUNCTION notifyedge_review(
+    p_biz_key text, p_order_no text, p_reason text, p_hash text, p_raw_body text)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO notify_review (biz_key, order_no, reason, payload_hash, raw_body)
+    VALUES (p_biz_key, p_order_no, p_reason, p_hash, p_raw_body)
+    ON CONFLICT (biz_key, payload_hash, reason) WHERE resolved_at IS NULL DO NOTHING;
+$$;
+
+-- notifyedge_process decides one callback delivery. Decisions follow the
+-- contract's order: an existing claim (replay or conflict), then the order
+-- (unknown_order, amount_mismatch), then the event against the current state
+-- (premature, skipped, applied).
+--
+-- Locks are always taken in one order, the order row (FOR UPDATE) before the
+-- claim key, so concurrent deliveries cannot deadlock. The claim insert
+-- comes before every effect: a concurrent delivery of the same key blocks on
+-- the unique index until the winner commits, then sees its claim and
+-- replays (or, had the winner rolled back, inserts and proceeds).
+--
+-- o_outcome is one of applied, skipped, replayed, conflict, premature,
+-- amount_mismatch, unknown_order. o_result is the canonical result_json of a
+-- DONE claim (applied, skipped, replayed).
+CREATE FUNCTION notifyedge_process(
+    p_biz_key text, p_order_no text, p_hash text, p_raw_body text,
+    p_event text, p_amount bigint, p_currency text,
+    p_states text[], p_to text[], p_topics text[], p_reviews text[], p_premature text[],
+    OUT o_outcome text, OUT o_status text, OUT o_result text, OUT o_review text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_hash     text;
+    v_status   text;
+    v_amount   bigint;
+    v_currency text;
+    v_claim    bigint;
+    v_i        int;
+    v_to       text;
+BEGIN
+    -- Layer 4: a committed claim answers with the first result.
+    SELECT c.payload_hash, c.result_json INTO v_hash, o_result
+      FROM notify_claim c WHERE c.biz_key = p_biz_key;
+    IF NOT FOUND THEN
+        SELECT o.status, o.amount, o.currency INTO v_status, v_amount, v_currency
+          FROM biz_order o WHERE o.order_no = p_order_no FOR UPDATE;
+        IF NOT FOUND THEN
+            PERFORM notifyedge_review(p_biz_key, p_order_no, 'UNKNOWN_ORDER', p_hash, p_raw_body);
+            o_outcome := 'unknown_order';
+            o_review := 'UNKNOWN_ORDER';
+            RETURN;
+        END IF;
+        o_status := v_status;
+        IF v_amount <> p_amount OR v_currency <> p_currency THEN
+            PERFORM notifyedge_review(p_biz_key, p_order_no, 'AMOUNT_MISMATCH', p_hash, p_raw_body);
+            o_outcome := 'amount_mismatch';
+            o_review := 'AMOUNT_MISMATCH';
+            RETURN;
+        END IF;
+        IF v_status = ANY (p_premature) THEN
+            o_outcome := 'premature';
+            RETURN;
+        END IF;
+
+        -- Layer 2: the unique constraint is the concurrency backstop.
+        INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state)
+        VALUES (p_biz_key, p_order_no, p_hash, 'PENDING')
+        ON CONFLICT (biz_key) DO NOTHING
+        RETURNING id INTO v_claim;
+
+        IF v_claim IS NOT NULL THEN
+            -- Layer 3: the state machine, by rows affected.
+            v_i := array_position(p_states, v_status);
+            v_to := coalesce(p_to[v_i], '');
+            IF v_to <> '' AND notifyedge_apply(
+                    p_order_no, v_status,
+                    ARRAY(SELECT s FROM unnest(p_states, p_to) AS r(s, t) WHERE t = v_to),
+                    v_to, p_topics[v_i], p_event, p_biz_key, p_amount, p_currency) THEN
+                o_outcome := 'applied';
+                o_status := v_to;
+            ELSE
+                o_outcome := 'skipped';
+                o_review := nullif(coalesce(p_reviews[v_i], ''), '');
+                IF o_review IS NOT NULL THEN
+                    PERFORM notifyedge_review(p_biz_key, p_order_no, o_review, p_hash, p_raw_body);
+                END IF;
+            END IF;
+            -- The canonical result (durable/result.go parses exactly this).
+            o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}',
+                               o_outcome, o_status);
+            UPDATE notify_claim SET claim_state = 'DONE', result_json = o_result
+             WHERE id = v_claim;
+            RETURN;
+        END IF;
+
+        -- A concurrent delivery of this key committed while we waited.
+        o_status := NULL;
+        SELECT c.payload_hash, c.result_json INTO STRICT v_hash, o_result
+          FROM notify_claim c WHERE c.biz_key = p_biz_key;
+    END IF;
+
+    IF v_hash = p_hash THEN
+        o_outcome := 'replayed';
+        RETURN;
+    END IF;
+    -- Same key, different business content: never through, always seen.
+    PERFORM notifyedge_review(p_biz_key, p_order_no, 'PAYLOAD_CONFLICT', p_hash, p_raw_body);
+    o_outcome := 'conflict';
+    o_review := 'PAYLOAD_CONFLICT';
+    o_result := NULL;
+END $$;
+
+-- notifyedge_transition moves an order for an internal path (SHIP, a
+-- compensation job): the same conditional transition and outbox row, no
+-- claim. o_found is false for an unknown order; o_applied false when the
+-- order was not in a from-state, with o_status its current state.
+CREATE FUNCTION notifyedge_transition(
+    p_order_no text, p_event text, p_states text[], p_to text[], p_topics text[],
+    OUT o_found boolean, OUT o_applied boolean, OUT o_from text, OUT o_status text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_i  int;
+    v_to text;
+BEGIN
+    SELECT o.status INTO o_from FROM biz_order o WHERE o.order_no = p_order_no FOR UPDATE;
+    o_found := FOUND;
+    o_applied := false;
+    o_status := o_from;
+    IF NOT o_found THEN
+        RETURN;
+    END IF;
+    v_i := array_position(p_states, o_from);
+    v_to := coalesce(p_to[v_i], '');
+    IF v_to <> '' AND notifyedge_apply(
+            p_order_no, o_from,
+            ARRAY(SELECT s FROM unnest(p_states, p_to) AS r(s, t) WHERE t = v_to),
+            v_to, p_topics[v_i], p_event, NULL, NULL, NULL) THEN
+        o_applied := true;
+        o_status := v_to;
+    END IF;
+END $$;
+
+---- create above / drop below ----
+
+DROP FUNCTION notifyedge_transition;
+DROP FUNCTION notifyedge_process;
+DROP FUNCTION notifyedge_review;
+DROP FUNCTION notifyedge_apply;

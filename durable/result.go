@@ -1,0 +1,111 @@
+package durable
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// Outcome is what durable decided for one delivery. Outcomes are values,
+// not errors: a duplicate, a conflict or a stale event is a normal result.
+type Outcome uint8
+
+// The outcomes durable decides (the contract's answers table).
+const (
+	// Applied: first delivery, legal transition; claim DONE, order moved,
+	// outbox row written, all in one transaction.
+	Applied Outcome = iota + 1
+	// Skipped: legal key, stale or out-of-order transition; claim DONE with
+	// this result, order and outbox untouched (maybe a review row).
+	Skipped
+	// Premature: the event arrived before the one it depends on (a refund
+	// before its payment); nothing stored.
+	Premature
+	// Conflict: the key has a claim with another digest; a review row is
+	// open, the claim untouched.
+	Conflict
+	// AmountMismatch: amount or currency differ from the order; a review
+	// row is open and no claim exists, so a retry succeeds once fixed.
+	AmountMismatch
+	// UnknownOrder: no such order; a review row is open, no claim.
+	UnknownOrder
+)
+
+var outcomeNames = [...]string{
+	Applied:        "applied",
+	Skipped:        "skipped",
+	Premature:      "premature",
+	Conflict:       "conflict",
+	AmountMismatch: "amount_mismatch",
+	UnknownOrder:   "unknown_order",
+}
+
+// String returns the contract's name of the outcome ("applied", ...).
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Done reports whether the outcome is a DONE claim: only those are stored,
+// cached and replayed; every other outcome is answered afresh.
+func (o Outcome) Done() bool { return o == Applied || o == Skipped }
+
+func parseOutcome(s string) (Outcome, bool) {
+	for o, name := range outcomeNames {
+		if name != "" && name == s {
+			return Outcome(o), true
+		}
+	}
+	return 0, false
+}
+
+// Result is the decision for one delivery.
+type Result struct {
+	// Outcome is the decision. For a replay it is the first delivery's
+	// outcome (Applied or Skipped).
+	Outcome Outcome
+	// Replayed is true when the result is the stored one of an earlier
+	// delivery of the same key and digest.
+	Replayed bool
+	// Status is the order's state: the new one when Applied, the current
+	// one when Skipped or Premature, "" when there is no order.
+	Status State
+	// Review is the reason of the review row this delivery opened or
+	// found open ("" for none).
+	Review ReviewReason
+	// Canonical is the result_json of the DONE claim, byte for byte as
+	// stored (nil unless Outcome.Done()). Adapters render the answer from
+	// it, so a replay from Postgres equals the first answer.
+	Canonical []byte
+}
+
+// Canonical is the stored form of a DONE result.
+type canonical struct {
+	HTTP    int    `json:"http"`
+	Code    string `json:"code"`
+	Outcome string `json:"outcome"`
+	Status  string `json:"status"`
+}
+
+// CanonicalJSON returns the canonical result_json for a DONE outcome, the
+// same bytes notifyedge_process stores.
+func CanonicalJSON(o Outcome, s State) []byte {
+	return fmt.Appendf(nil, `{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}`, o, s)
+}
+
+// ParseCanonical reads a stored result_json back into a Result.
+func ParseCanonical(b []byte) (Result, error) {
+	var c canonical
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Result{}, fmt.Errorf("parse result_json %q: %w", b, err)
+	}
+	o, ok := parseOutcome(c.Outcome)
+	if !ok || !o.Done() || c.HTTP != 200 || c.Code != "SUCCESS" {
+		return Result{}, fmt.Errorf("parse result_json %q: not a DONE result", b)
+	}
+	return Result{Outcome: o, Status: State(c.Status), Canonical: b}, nil
+}

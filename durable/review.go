@@ -1,0 +1,141 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Review errors.
+var (
+	// ErrReviewNotFound: no review row has that id.
+	ErrReviewNotFound = errors.New("durable: review not found")
+	// ErrReviewResolved: the review row was resolved already.
+	ErrReviewResolved = errors.New("durable: review already resolved")
+)
+
+// Review is one row of the review queue.
+type Review struct {
+	ID          int64
+	BizKey      string
+	OrderNo     string
+	Reason      ReviewReason
+	PayloadHash string
+	RawBody     string
+	CreatedAt   time.Time
+	ResolvedAt  *time.Time
+	Resolution  *string
+	ResolvedBy  *string
+}
+
+// ReviewState selects review rows by resolution.
+type ReviewState string
+
+// The review states a listing may select.
+const (
+	ReviewOpen     ReviewState = "open"
+	ReviewResolved ReviewState = "resolved"
+	ReviewAll      ReviewState = "all"
+)
+
+// ReviewQuery selects a page of the review queue, newest first.
+type ReviewQuery struct {
+	State ReviewState // default open
+	Limit int         // default 50, at most 1000
+	// AfterID, when > 0, returns rows with a smaller id (the next page).
+	AfterID int64
+}
+
+const reviewColumns = `id, biz_key, order_no, reason, payload_hash, raw_body,
+created_at, resolved_at, resolution, resolved_by`
+
+const sqlReviews = `SELECT ` + reviewColumns + ` FROM notify_review
+WHERE ($1 = 'all' OR ($1 = 'open') = (resolved_at IS NULL))
+  AND ($2 = 0 OR id < $2)
+ORDER BY id DESC LIMIT $3`
+
+// Reviews returns a page of the review queue, newest first.
+func (s *Store) Reviews(ctx context.Context, q ReviewQuery) ([]Review, error) {
+	if q.State == "" {
+		q.State = ReviewOpen
+	}
+	switch q.State {
+	case ReviewOpen, ReviewResolved, ReviewAll:
+	default:
+		return nil, fmt.Errorf("%w: review state %q", ErrInvalid, q.State)
+	}
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	q.Limit = min(q.Limit, 1000)
+	rows, err := s.pool.Query(ctx, sqlReviews, string(q.State), q.AfterID, q.Limit)
+	if err != nil {
+		return nil, wrap(ctx, "list reviews", err)
+	}
+	out, err := pgx.CollectRows(rows, scanReview)
+	if err != nil {
+		return nil, wrap(ctx, "list reviews", err)
+	}
+	return out, nil
+}
+
+const sqlResolve = `WITH upd AS (
+    UPDATE notify_review SET resolved_at = now(), resolution = $2, resolved_by = $3
+     WHERE id = $1 AND resolved_at IS NULL
+    RETURNING ` + reviewColumns + `)
+SELECT true, * FROM upd
+UNION ALL
+SELECT false, ` + reviewColumns + ` FROM notify_review
+ WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM upd)`
+
+// ResolveReview closes an open review row with an operator's resolution. A
+// problem that recurs afterwards opens a new row.
+func (s *Store) ResolveReview(ctx context.Context, id int64, resolution, by string) (Review, error) {
+	var r Review
+	var updated bool
+	err := s.pool.QueryRow(ctx, sqlResolve, id, resolution, by).Scan(&updated,
+		&r.ID, &r.BizKey, &r.OrderNo, &r.Reason, &r.PayloadHash, &r.RawBody,
+		&r.CreatedAt, &r.ResolvedAt, &r.Resolution, &r.ResolvedBy)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Review{}, fmt.Errorf("resolve review %d: %w", id, ErrReviewNotFound)
+	case err != nil:
+		return Review{}, wrap(ctx, fmt.Sprintf("resolve review %d", id), err)
+	case !updated:
+		return r, fmt.Errorf("resolve review %d: %w", id, ErrReviewResolved)
+	}
+	return r, nil
+}
+
+// OpenReviews counts the open review rows by reason (every reason present,
+// zero included), for the notifyedge_review_open gauge.
+func (s *Store) OpenReviews(ctx context.Context) (map[ReviewReason]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT reason, count(*) FROM notify_review WHERE resolved_at IS NULL GROUP BY reason`)
+	if err != nil {
+		return nil, wrap(ctx, "count open reviews", err)
+	}
+	out := make(map[ReviewReason]int64, len(ReviewReasons))
+	for _, r := range ReviewReasons {
+		out[r] = 0
+	}
+	var reason string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&reason, &n}, func() error {
+		out[ReviewReason(reason)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, "count open reviews", err)
+	}
+	return out, nil
+}
+
+func scanReview(row pgx.CollectableRow) (Review, error) {
+	var r Review
+	err := row.Scan(&r.ID, &r.BizKey, &r.OrderNo, &r.Reason, &r.PayloadHash, &r.RawBody,
+		&r.CreatedAt, &r.ResolvedAt, &r.Resolution, &r.ResolvedBy)
+	return r, err
+}

@@ -1,0 +1,165 @@
+package durable
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Errors returned by durable. Infrastructure failures are wrapped with the
+// operation; a deadline that expired keeps errors.Is(err,
+// context.DeadlineExceeded) true.
+var (
+	// ErrTimeout marks a statement the server cancelled because it ran past
+	// statement_timeout or lock_timeout; the transaction was rolled back.
+	ErrTimeout = errors.New("durable: server-side timeout")
+	// ErrInvalid marks a Notification that breaks the contract's field rules:
+	// a caller bug, since the edge validates first.
+	ErrInvalid = errors.New("durable: invalid notification")
+	// ErrUnknownOrder is returned by Transition for an order that does not
+	// exist.
+	ErrUnknownOrder = errors.New("durable: unknown order")
+)
+
+// Config configures a Store. Zero fields take the defaults noted.
+type Config struct {
+	// URL is the Postgres connection string (DATABASE_URL).
+	URL string
+	// MaxConns caps the pool (default 32). pgxpool's own default is
+	// max(4, NumCPU): far too few for a callback storm.
+	MaxConns int32
+	// MinConns is how many connections are opened and prepared before New
+	// returns (default MaxConns/2): a cold connection costs 100-150 ms under
+	// load, most of the latency budget.
+	MinConns int32
+	// StatementTimeout is the server-side statement_timeout of every pooled
+	// connection (default 5s). The edge sets it a little under its budget,
+	// so the server gives up even when the client cannot tell it to.
+	StatementTimeout time.Duration
+	// LockTimeout is the server-side lock_timeout (default StatementTimeout).
+	LockTimeout time.Duration
+	// IdleInTxTimeout ends a transaction its client abandoned (default 10s).
+	IdleInTxTimeout time.Duration
+	// NoMigrate skips migrations in New (for nodes that must not change the
+	// schema; the schema must then be current).
+	NoMigrate bool
+}
+
+func (c Config) withDefaults() Config {
+	c.MaxConns = cmp.Or(c.MaxConns, 32)
+	c.MinConns = cmp.Or(c.MinConns, max(c.MaxConns/2, 1))
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, 5*time.Second)
+	c.LockTimeout = cmp.Or(c.LockTimeout, c.StatementTimeout)
+	c.IdleInTxTimeout = cmp.Or(c.IdleInTxTimeout, 10*time.Second)
+	return c
+}
+
+// Store is the durable authority over one Postgres database. It is safe for
+// concurrent use; several Stores (nodes) may share one database.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// preparedStatements are prepared on every new connection, so that the first
+// request on a connection does not pay a Parse round trip.
+var preparedStatements = []string{sqlProcess, sqlTransition}
+
+// New connects to cfg.URL, migrates the schema (unless cfg.NoMigrate) and
+// opens and prepares cfg.MinConns connections before it returns.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if cfg.MinConns > cfg.MaxConns {
+		return nil, fmt.Errorf("durable: MinConns %d > MaxConns %d", cfg.MinConns, cfg.MaxConns)
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if !cfg.NoMigrate {
+		if err := runMigrations(ctx, pc.ConnConfig.Copy()); err != nil {
+			return nil, err
+		}
+	}
+	pc.MaxConns, pc.MinConns = cfg.MaxConns, cfg.MinConns
+	rp := pc.ConnConfig.RuntimeParams
+	rp["statement_timeout"] = ms(cfg.StatementTimeout)
+	rp["lock_timeout"] = ms(cfg.LockTimeout)
+	rp["idle_in_transaction_session_timeout"] = ms(cfg.IdleInTxTimeout)
+	rp["application_name"] = cmp.Or(rp["application_name"], "notifyedge")
+	// On a deadline, ask the server to cancel at once (it rolls back and the
+	// connection stays usable); close the socket only if it does not answer.
+	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 100 * time.Millisecond}
+	}
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		for _, q := range preparedStatements {
+			if _, err := c.Prepare(ctx, q, q); err != nil {
+				return fmt.Errorf("prepare: %w", err)
+			}
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.warm(ctx, int(cfg.MinConns)); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// warm holds n connections at once, so that n are open and prepared.
+func (s *Store) warm(ctx context.Context, n int) error {
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("warm pool: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
+}
+
+// Ping reports whether Postgres answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return wrap(ctx, "ping", err)
+	}
+	return nil
+}
+
+// Close closes the pool, waiting for connections in use to be released.
+func (s *Store) Close() { s.pool.Close() }
+
+// wrap adds the operation to err and keeps the cause testable: a context
+// that ended makes errors.Is(err, ctx.Err()) true even when the server
+// reported the cancellation first; server-side timeouts are ErrTimeout.
+func wrap(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%s: %w (%w)", op, cerr, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03") {
+		return fmt.Errorf("%s: %w: %w", op, ErrTimeout, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

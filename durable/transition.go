@@ -1,0 +1,42 @@
+package durable
+
+import (
+	"context"
+	"fmt"
+)
+
+// Move is the result of an internal transition.
+type Move struct {
+	// Applied is true when the order moved (and an outbox row was written).
+	Applied bool
+	// From is the state the order was in.
+	From State
+	// Status is the order's state afterwards.
+	Status State
+}
+
+const sqlTransition = `SELECT o_found, o_applied, o_from, o_status
+FROM notifyedge_transition($1, $2, $3, $4, $5)`
+
+// Transition moves an order for an internal path (SHIP by the shipping
+// consumer, a compensation job) through the same conditional UPDATE and
+// outbox write as Process, without a claim. An illegal move is a result
+// (Applied false), not an error: a redelivered or stale event moves nothing.
+// An order that does not exist is ErrUnknownOrder.
+func (s *Store) Transition(ctx context.Context, orderNo string, e Event) (Move, error) {
+	r, ok := eventRules[e]
+	if !ok {
+		return Move{}, fmt.Errorf("%w: event %q", ErrInvalid, e)
+	}
+	var found, applied bool
+	var from, status *string
+	err := s.pool.QueryRow(ctx, sqlTransition, orderNo, string(e), r.states, r.to, r.topics).
+		Scan(&found, &applied, &from, &status)
+	if err != nil {
+		return Move{}, wrap(ctx, fmt.Sprintf("transition %s %s", orderNo, e), err)
+	}
+	if !found {
+		return Move{}, fmt.Errorf("transition %s %s: %w", orderNo, e, ErrUnknownOrder)
+	}
+	return Move{Applied: applied, From: State(*from), Status: State(*status)}, nil
+}
