@@ -149,3 +149,20 @@ func pgxCopyRows(rows [][]any) pgx.CopyFromSource { return pgx.CopyFromRows(rows
 func durabletestCreateEmpty(t *testing.T) string {
 	return durabletest.Shared(t).URL(durabletest.CreateDatabase(t, false))
 }
+
+func durabletestNewDatabaseB(b *testing.B) string { return durabletest.NewDatabase(b) }
+
+func newPoolB(b *testing.B, url string) *pgxpool.Pool {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns, cfg.MinConns = 40, 40
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	return p
+}

@@ -2,7 +2,6 @@ package durable
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 )
 
@@ -81,31 +80,42 @@ type Result struct {
 	Canonical []byte
 }
 
-// Canonical is the stored form of a DONE result.
-type canonical struct {
-	HTTP    int    `json:"http"`
-	Code    string `json:"code"`
-	Outcome string `json:"outcome"`
-	Status  string `json:"status"`
-}
+// The canonical form of a DONE result: exactly what notifyedge_process
+// writes, so reading it back is a prefix match, not a JSON decode.
+const (
+	canonicalHead   = `{"http":200,"code":"SUCCESS","outcome":"`
+	canonicalMiddle = `","status":"`
+	canonicalTail   = `"}`
+)
 
 // CanonicalJSON returns the canonical result_json for a DONE outcome, the
 // same bytes notifyedge_process stores.
 func CanonicalJSON(o Outcome, s State) []byte {
-	return fmt.Appendf(nil, `{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}`, o, s)
+	return []byte(canonicalHead + o.String() + canonicalMiddle + string(s) + canonicalTail)
 }
 
-// ParseCanonical reads a stored result_json back into a Result.
+// ParseCanonical reads a stored result_json back into a Result. It accepts
+// only the exact canonical form of an applied or skipped result.
 func ParseCanonical(b []byte) (Result, error) {
-	var c canonical
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return Result{}, fmt.Errorf("parse result_json %q: %w", b, err)
+	rest, ok := bytes.CutPrefix(b, []byte(canonicalHead))
+	name, rest, ok2 := bytes.Cut(rest, []byte(canonicalMiddle))
+	state, ok3 := bytes.CutSuffix(rest, []byte(canonicalTail))
+	if !ok || !ok2 || !ok3 {
+		return Result{}, fmt.Errorf("parse result_json %q: not canonical", b)
 	}
-	o, ok := parseOutcome(c.Outcome)
-	if !ok || !o.Done() || c.HTTP != 200 || c.Code != "SUCCESS" {
+	o, found := parseOutcome(string(name))
+	st, known := parseState(state)
+	if !found || !o.Done() || !known {
 		return Result{}, fmt.Errorf("parse result_json %q: not a DONE result", b)
 	}
-	return Result{Outcome: o, Status: State(c.Status), Canonical: b}, nil
+	return Result{Outcome: o, Status: st, Canonical: b}, nil
+}
+
+func parseState(b []byte) (State, bool) {
+	for _, s := range States {
+		if string(s) == string(b) {
+			return s, true
+		}
+	}
+	return "", false
 }

@@ -1,5 +1,7 @@
 package durable
 
+import "strings"
+
 // State is a value of biz_order.status.
 type State string
 
@@ -135,11 +137,12 @@ func IsPremature(e Event, s State) bool {
 	return false
 }
 
-// rules is the row of the table for one event, laid out as the parallel
-// arrays that the SQL functions take (index i describes States[i]; "" means
-// none). They are built once so that a call encodes them without deciding.
+// rules is the row of the table for one event, laid out as the
+// comma-separated parallel lists that the SQL functions take (element i
+// describes States[i]; an empty element means none). They are built once, so
+// a call passes constant strings.
 type rules struct {
-	states, to, topics, reviews, premature []string
+	states, to, topics, reviews, premature string
 }
 
 var eventRules = buildRules()
@@ -147,18 +150,19 @@ var eventRules = buildRules()
 func buildRules() map[Event]*rules {
 	out := make(map[Event]*rules, len(machine))
 	for e := range machine {
-		r := &rules{premature: []string{}}
+		var states, to, topics, revs, early []string
 		for _, s := range States {
-			to, _ := Next(e, s)
-			r.states = append(r.states, string(s))
-			r.to = append(r.to, string(to))
-			r.topics = append(r.topics, Topic(e, s))
-			r.reviews = append(r.reviews, string(reviews[e][s]))
+			next, _ := Next(e, s)
+			states = append(states, string(s))
+			to = append(to, string(next))
+			topics = append(topics, Topic(e, s))
+			revs = append(revs, string(reviews[e][s]))
 			if IsPremature(e, s) {
-				r.premature = append(r.premature, string(s))
+				early = append(early, string(s))
 			}
 		}
-		out[e] = r
+		j := func(l []string) string { return strings.Join(l, ",") }
+		out[e] = &rules{j(states), j(to), j(topics), j(revs), j(early)}
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package durabletest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -26,7 +27,8 @@ var shared struct {
 const templateDB = "notifyedge_template"
 
 // Main runs the tests of a package against one shared throwaway cluster,
-// started before and removed after them. Call it from TestMain:
+// started before and removed after them. When benchmarks are selected
+// (-test.bench) the cluster runs with fsync and synchronous_commit on. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { durabletest.Main(m) }
 func Main(m *testing.M) {
@@ -34,8 +36,12 @@ func Main(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	// Benchmarks measure a production-like server (fsync and
+	// synchronous_commit on); correctness tests alone run without them.
+	benchmarking := flag.Lookup("test.bench").Value.String() != ""
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	c, err := Start(ctx, Options{TCP: true})
+	c, err := Start(ctx, Options{TCP: true, Durable: benchmarking})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "durabletest:", err)

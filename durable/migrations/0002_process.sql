@@ -5,17 +5,21 @@
 -- rollback leaves nothing at all.
 --
 -- The events/states table is NOT here: Go passes the row of the event as
--- parallel arrays (index i describes p_states[i]; '' means none), so the
--- table lives in one place (durable/state.go).
+-- comma-separated parallel lists (element i describes state i of p_states;
+-- an empty element means none), so the table lives in one place
+-- (durable/state.go). Text lists cost the client less than text[] params.
 
 -- notifyedge_apply is the one conditional transition: every writer of
 -- biz_order.status goes through it. It is judged by rows affected: 0 rows
--- means the order was not in a from-state (or its amount/currency differ),
--- and nothing is written. On success it writes the outbox row in the same
--- transaction. p_cur is the status the caller read under FOR UPDATE; it is
--- the payload's "from".
+-- means the order is no longer in a from-state (or its amount/currency
+-- differ), and nothing is written. On success it writes the outbox row in
+-- the same transaction. Callers pass as p_from the one state they read, so
+-- the payload's "from" is exact: if the order moved meanwhile to another
+-- state, the UPDATE (which waits for the mover's commit and then re-checks
+-- its WHERE on the new row version) affects 0 rows and the caller decides
+-- again on what the order is now.
 CREATE FUNCTION notifyedge_apply(
-    p_order_no text, p_cur text, p_from text[], p_to text, p_topic text,
+    p_order_no text, p_from text, p_to text, p_topic text,
     p_event text, p_biz_key text, p_amount bigint, p_currency text)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -25,7 +29,7 @@ BEGIN
     UPDATE biz_order
        SET status = p_to, updated_at = now()
      WHERE order_no = p_order_no
-       AND status = ANY (p_from)
+       AND status = ANY (ARRAY[p_from])
        AND (p_amount IS NULL OR (amount = p_amount AND currency = p_currency));
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     IF v_rows = 0 THEN
@@ -34,7 +38,7 @@ BEGIN
     INSERT INTO outbox (topic, order_no, payload)
     VALUES (p_topic, p_order_no, jsonb_build_object(
         'order_no', p_order_no, 'event_type', p_event,
-        'from', p_cur, 'to', p_to, 'biz_key', p_biz_key));
+        'from', p_from, 'to', p_to, 'biz_key', p_biz_key));
     RETURN true;
 END $$;
 
@@ -54,11 +58,16 @@ $$;
 -- (unknown_order, amount_mismatch), then the event against the current state
 -- (premature, skipped, applied).
 --
--- Locks are always taken in one order, the order row (FOR UPDATE) before the
--- claim key, so concurrent deliveries cannot deadlock. The claim insert
--- comes before every effect: a concurrent delivery of the same key blocks on
--- the unique index until the winner commits, then sees its claim and
--- replays (or, had the winner rolled back, inserts and proceeds).
+-- The claim is inserted before any effect, already DONE with the result the
+-- order's state predicts; the conditional UPDATE then confirms it by rows
+-- affected. A concurrent delivery of the same key blocks on the unique index
+-- until the winner ends, then replays its result (or, had the winner rolled
+-- back, inserts and proceeds). If another writer moved the order between our
+-- read and our UPDATE, the UPDATE affects 0 rows and we decide again on the
+-- state it left, rewriting the claim's result in the same transaction.
+--
+-- Locks are taken in one order, claim key before order row, and Transition
+-- takes the order row only: no deadlock.
 --
 -- o_outcome is one of applied, skipped, replayed, conflict, premature,
 -- amount_mismatch, unknown_order. o_result is the canonical result_json of a
@@ -66,10 +75,15 @@ $$;
 CREATE FUNCTION notifyedge_process(
     p_biz_key text, p_order_no text, p_hash text, p_raw_body text,
     p_event text, p_amount bigint, p_currency text,
-    p_states text[], p_to text[], p_topics text[], p_reviews text[], p_premature text[],
+    p_state_list text, p_to_list text, p_topic_list text, p_review_list text, p_premature_list text,
     OUT o_outcome text, OUT o_status text, OUT o_result text, OUT o_review text)
 LANGUAGE plpgsql AS $$
 DECLARE
+    p_states    text[] := string_to_array(p_state_list, ',');
+    p_to        text[] := string_to_array(p_to_list, ',');
+    p_topics    text[] := string_to_array(p_topic_list, ',');
+    p_reviews   text[] := string_to_array(p_review_list, ',');
+    p_premature text[] := string_to_array(p_premature_list, ',');
     v_hash     text;
     v_status   text;
     v_amount   bigint;
@@ -77,13 +91,14 @@ DECLARE
     v_claim    bigint;
     v_i        int;
     v_to       text;
+    v_tries    int := 0;
 BEGIN
     -- Layer 4: a committed claim answers with the first result.
     SELECT c.payload_hash, c.result_json INTO v_hash, o_result
       FROM notify_claim c WHERE c.biz_key = p_biz_key;
     IF NOT FOUND THEN
         SELECT o.status, o.amount, o.currency INTO v_status, v_amount, v_currency
-          FROM biz_order o WHERE o.order_no = p_order_no FOR UPDATE;
+          FROM biz_order o WHERE o.order_no = p_order_no;
         IF NOT FOUND THEN
             PERFORM notifyedge_review(p_biz_key, p_order_no, 'UNKNOWN_ORDER', p_hash, p_raw_body);
             o_outcome := 'unknown_order';
@@ -102,35 +117,49 @@ BEGIN
             RETURN;
         END IF;
 
-        -- Layer 2: the unique constraint is the concurrency backstop.
-        INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state)
-        VALUES (p_biz_key, p_order_no, p_hash, 'PENDING')
+        -- Layer 3 decides, layer 2 backstops: predict, claim, confirm.
+        v_i := array_position(p_states, v_status);
+        v_to := coalesce(p_to[v_i], '');
+        o_outcome := CASE WHEN v_to <> '' THEN 'applied' ELSE 'skipped' END;
+        o_status := CASE WHEN v_to <> '' THEN v_to ELSE v_status END;
+        -- The canonical result (durable/result.go parses exactly this).
+        o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}', o_outcome, o_status);
+        INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
+        VALUES (p_biz_key, p_order_no, p_hash, 'DONE', o_result)
         ON CONFLICT (biz_key) DO NOTHING
         RETURNING id INTO v_claim;
 
         IF v_claim IS NOT NULL THEN
-            -- Layer 3: the state machine, by rows affected.
-            v_i := array_position(p_states, v_status);
-            v_to := coalesce(p_to[v_i], '');
-            IF v_to <> '' AND notifyedge_apply(
-                    p_order_no, v_status,
-                    ARRAY(SELECT s FROM unnest(p_states, p_to) AS r(s, t) WHERE t = v_to),
-                    v_to, p_topics[v_i], p_event, p_biz_key, p_amount, p_currency) THEN
-                o_outcome := 'applied';
-                o_status := v_to;
-            ELSE
-                o_outcome := 'skipped';
-                o_review := nullif(coalesce(p_reviews[v_i], ''), '');
-                IF o_review IS NOT NULL THEN
-                    PERFORM notifyedge_review(p_biz_key, p_order_no, o_review, p_hash, p_raw_body);
+            LOOP
+                IF v_to = '' THEN
+                    o_review := nullif(coalesce(p_reviews[v_i], ''), '');
+                    IF o_review IS NOT NULL THEN
+                        PERFORM notifyedge_review(p_biz_key, p_order_no, o_review, p_hash, p_raw_body);
+                    END IF;
+                    RETURN;
                 END IF;
-            END IF;
-            -- The canonical result (durable/result.go parses exactly this).
-            o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}',
-                               o_outcome, o_status);
-            UPDATE notify_claim SET claim_state = 'DONE', result_json = o_result
-             WHERE id = v_claim;
-            RETURN;
+                IF notifyedge_apply(p_order_no, v_status, v_to, p_topics[v_i],
+                                    p_event, p_biz_key, p_amount, p_currency) THEN
+                    RETURN;
+                END IF;
+                -- The order moved under us: decide again on what it is now.
+                v_tries := v_tries + 1;
+                SELECT o.status, o.amount, o.currency INTO v_status, v_amount, v_currency
+                  FROM biz_order o WHERE o.order_no = p_order_no;
+                IF NOT FOUND OR v_amount <> p_amount OR v_currency <> p_currency
+                   OR v_status = ANY (p_premature) OR v_tries > 8 THEN
+                    -- Rewritten or deleted under us: store nothing; the
+                    -- channel's retry is decided afresh.
+                    RAISE EXCEPTION 'order % changed during delivery %', p_order_no, p_biz_key
+                        USING ERRCODE = 'serialization_failure';
+                END IF;
+                v_i := array_position(p_states, v_status);
+                v_to := coalesce(p_to[v_i], '');
+                o_outcome := CASE WHEN v_to <> '' THEN 'applied' ELSE 'skipped' END;
+                o_status := CASE WHEN v_to <> '' THEN v_to ELSE v_status END;
+                o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}', o_outcome, o_status);
+                UPDATE notify_claim SET result_json = o_result WHERE id = v_claim;
+            END LOOP;
         END IF;
 
         -- A concurrent delivery of this key committed while we waited.
@@ -155,29 +184,37 @@ END $$;
 -- claim. o_found is false for an unknown order; o_applied false when the
 -- order was not in a from-state, with o_status its current state.
 CREATE FUNCTION notifyedge_transition(
-    p_order_no text, p_event text, p_states text[], p_to text[], p_topics text[],
+    p_order_no text, p_event text, p_state_list text, p_to_list text, p_topic_list text,
     OUT o_found boolean, OUT o_applied boolean, OUT o_from text, OUT o_status text)
 LANGUAGE plpgsql AS $$
 DECLARE
+    p_states text[] := string_to_array(p_state_list, ',');
+    p_to     text[] := string_to_array(p_to_list, ',');
+    p_topics text[] := string_to_array(p_topic_list, ',');
     v_i  int;
     v_to text;
 BEGIN
-    SELECT o.status INTO o_from FROM biz_order o WHERE o.order_no = p_order_no FOR UPDATE;
-    o_found := FOUND;
     o_applied := false;
-    o_status := o_from;
-    IF NOT o_found THEN
-        RETURN;
-    END IF;
-    v_i := array_position(p_states, o_from);
-    v_to := coalesce(p_to[v_i], '');
-    IF v_to <> '' AND notifyedge_apply(
-            p_order_no, o_from,
-            ARRAY(SELECT s FROM unnest(p_states, p_to) AS r(s, t) WHERE t = v_to),
-            v_to, p_topics[v_i], p_event, NULL, NULL, NULL) THEN
-        o_applied := true;
-        o_status := v_to;
-    END IF;
+    FOR v_try IN 1..9 LOOP
+        SELECT o.status INTO o_from FROM biz_order o WHERE o.order_no = p_order_no;
+        o_found := FOUND;
+        o_status := o_from;
+        IF NOT o_found THEN
+            RETURN;
+        END IF;
+        v_i := array_position(p_states, o_from);
+        v_to := coalesce(p_to[v_i], '');
+        IF v_to = '' THEN
+            RETURN;
+        END IF;
+        IF notifyedge_apply(p_order_no, o_from, v_to, p_topics[v_i], p_event, NULL, NULL, NULL) THEN
+            o_applied := true;
+            o_status := v_to;
+            RETURN;
+        END IF;
+        -- Moved under us: decide again on its new state.
+    END LOOP;
+    RAISE EXCEPTION 'order % keeps changing', p_order_no USING ERRCODE = 'serialization_failure';
 END $$;
 
 ---- create above / drop below ----

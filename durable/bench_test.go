@@ -1,0 +1,170 @@
+package durable_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// The benchmarks run with 32 concurrent clients on a 2-core machine
+// (SetParallelism(16) x GOMAXPROCS) against a cluster with fsync and
+// synchronous_commit on. Process sits beside the same work done by raw pgx,
+// statement by statement and pipelined, so the ratio comes from one run.
+
+const benchParallelism = 16
+
+var benchSeq atomic.Int64
+
+// seedPending inserts n PENDING_PAY orders and returns their notifications.
+func seedPending(b *testing.B, bb *bundle, n int) []durable.Notification {
+	b.Helper()
+	run := benchSeq.Add(1)
+	rows := make([][]any, n)
+	notes := make([]durable.Notification, n)
+	for i := range n {
+		orderNo := fmt.Sprintf("B%d-%d", run, i)
+		rows[i] = []any{orderNo, "PENDING_PAY", int64(1999), "CNY"}
+		notes[i] = note("TX"+orderNo, durable.PaySuccess, orderNo, 1999, "CNY")
+	}
+	if _, err := bb.db.CopyFrom(context.Background(), []string{"biz_order"},
+		[]string{"order_no", "status", "amount", "currency"}, pgx.CopyFromRows(rows)); err != nil {
+		b.Fatal(err)
+	}
+	return notes
+}
+
+func benchBundle(b *testing.B) *bundle {
+	b.Helper()
+	url := durabletestNewDatabaseB(b)
+	s, err := durable.New(context.Background(), durable.Config{URL: url, MaxConns: 40, MinConns: 40})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	return &bundle{url: url, store: s, db: newPoolB(b, url)}
+}
+
+// runParallel hands each op the next notification.
+func runParallel(b *testing.B, notes []durable.Notification, op func(ctx context.Context, n durable.Notification) error) {
+	var next atomic.Int64
+	b.SetParallelism(benchParallelism)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			i := next.Add(1) - 1
+			if err := op(ctx, notes[int(i)%len(notes)]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tx/s")
+}
+
+func BenchmarkProcessApplied(b *testing.B) {
+	bb := benchBundle(b)
+	notes := seedPending(b, bb, b.N)
+	runParallel(b, notes, func(ctx context.Context, n durable.Notification) error {
+		r, err := bb.store.Process(ctx, n)
+		if err == nil && r.Outcome != durable.Applied {
+			err = fmt.Errorf("%s: %v", n.BizKey, r.Outcome)
+		}
+		return err
+	})
+}
+
+func BenchmarkProcessReplay(b *testing.B) {
+	bb := benchBundle(b)
+	notes := seedPending(b, bb, 1000)
+	for _, n := range notes {
+		if _, err := bb.store.Process(context.Background(), n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runParallel(b, notes, func(ctx context.Context, n durable.Notification) error {
+		r, err := bb.store.Process(ctx, n)
+		if err == nil && !r.Replayed {
+			err = fmt.Errorf("%s: not replayed", n.BizKey)
+		}
+		return err
+	})
+}
+
+// The raw transaction of a first delivery: claim, conditional UPDATE,
+// outbox row, claim DONE. It has none of Process's decisions (no replay
+// lookup, no row lock, no review rows), so it is the ceiling.
+const (
+	rawClaim  = `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state) VALUES ($1, $2, $3, 'PENDING') ON CONFLICT (biz_key) DO NOTHING RETURNING id`
+	rawUpdate = `UPDATE biz_order SET status = 'PAID', updated_at = now() WHERE order_no = $1 AND status = ANY ('{PENDING_PAY}') AND amount = $2 AND currency = $3`
+	rawOutbox = `INSERT INTO outbox (topic, order_no, payload) VALUES ('ORDER_PAID', $1::text, jsonb_build_object('order_no', $1::text, 'event_type', 'PAY_SUCCESS', 'from', 'PENDING_PAY', 'to', 'PAID', 'biz_key', $2::text))`
+	rawDone   = `UPDATE notify_claim SET claim_state = 'DONE', result_json = '{"http":200,"code":"SUCCESS","outcome":"applied","status":"PAID"}' WHERE biz_key = $1`
+	rawReplay = `SELECT payload_hash, result_json FROM notify_claim WHERE biz_key = $1`
+)
+
+// Six round trips: BEGIN, four statements, COMMIT.
+func BenchmarkRawStatementByStatement(b *testing.B) {
+	bb := benchBundle(b)
+	notes := seedPending(b, bb, b.N)
+	runParallel(b, notes, func(ctx context.Context, n durable.Notification) error {
+		tx, err := bb.db.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		var id int64
+		if err := tx.QueryRow(ctx, rawClaim, n.BizKey, n.OrderNo, n.Digest).Scan(&id); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, rawUpdate, n.OrderNo, n.Amount, n.Currency)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("%s: not moved", n.OrderNo)
+		}
+		if _, err := tx.Exec(ctx, rawOutbox, n.OrderNo, n.BizKey); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, rawDone, n.BizKey); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
+}
+
+// One round trip: the four statements pipelined in one implicit
+// transaction (pgx sends a batch with a single Sync).
+func BenchmarkRawPipelined(b *testing.B) {
+	bb := benchBundle(b)
+	notes := seedPending(b, bb, b.N)
+	runParallel(b, notes, func(ctx context.Context, n durable.Notification) error {
+		var batch pgx.Batch
+		batch.Queue(rawClaim, n.BizKey, n.OrderNo, n.Digest)
+		batch.Queue(rawUpdate, n.OrderNo, n.Amount, n.Currency)
+		batch.Queue(rawOutbox, n.OrderNo, n.BizKey)
+		batch.Queue(rawDone, n.BizKey)
+		return bb.db.SendBatch(ctx, &batch).Close()
+	})
+}
+
+func BenchmarkRawReplay(b *testing.B) {
+	bb := benchBundle(b)
+	notes := seedPending(b, bb, 1000)
+	for _, n := range notes {
+		if _, err := bb.store.Process(context.Background(), n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runParallel(b, notes, func(ctx context.Context, n durable.Notification) error {
+		var hash, result string
+		return bb.db.QueryRow(ctx, rawReplay, n.BizKey).Scan(&hash, &result)
+	})
+}
