@@ -97,70 +97,65 @@ BEGIN
     SELECT c.payload_hash, c.result_json INTO v_hash, o_result
       FROM notify_claim c WHERE c.biz_key = p_biz_key;
     IF NOT FOUND THEN
-        SELECT o.status, o.amount, o.currency INTO v_status, v_amount, v_currency
-          FROM biz_order o WHERE o.order_no = p_order_no;
-        IF NOT FOUND THEN
-            PERFORM notifyedge_review(p_biz_key, p_order_no, 'UNKNOWN_ORDER', p_hash, p_raw_body);
-            o_outcome := 'unknown_order';
-            o_review := 'UNKNOWN_ORDER';
-            RETURN;
-        END IF;
-        o_status := v_status;
-        IF v_amount <> p_amount OR v_currency <> p_currency THEN
-            PERFORM notifyedge_review(p_biz_key, p_order_no, 'AMOUNT_MISMATCH', p_hash, p_raw_body);
-            o_outcome := 'amount_mismatch';
-            o_review := 'AMOUNT_MISMATCH';
-            RETURN;
-        END IF;
-        IF v_status = ANY (p_premature) THEN
-            o_outcome := 'premature';
-            RETURN;
-        END IF;
+        LOOP
+            SELECT o.status, o.amount, o.currency INTO v_status, v_amount, v_currency
+              FROM biz_order o WHERE o.order_no = p_order_no;
+            IF v_claim IS NOT NULL AND (NOT FOUND OR v_amount <> p_amount
+               OR v_currency <> p_currency OR v_status = ANY (p_premature) OR v_tries > 8) THEN
+                -- Rewritten or deleted under us after we claimed: store
+                -- nothing; the channel's retry is decided afresh.
+                RAISE EXCEPTION 'order % changed during delivery %', p_order_no, p_biz_key
+                    USING ERRCODE = 'serialization_failure';
+            END IF;
+            IF NOT FOUND THEN
+                PERFORM notifyedge_review(p_biz_key, p_order_no, 'UNKNOWN_ORDER', p_hash, p_raw_body);
+                o_outcome := 'unknown_order';
+                o_review := 'UNKNOWN_ORDER';
+                RETURN;
+            END IF;
+            o_status := v_status;
+            IF v_amount <> p_amount OR v_currency <> p_currency THEN
+                PERFORM notifyedge_review(p_biz_key, p_order_no, 'AMOUNT_MISMATCH', p_hash, p_raw_body);
+                o_outcome := 'amount_mismatch';
+                o_review := 'AMOUNT_MISMATCH';
+                RETURN;
+            END IF;
+            IF v_status = ANY (p_premature) THEN
+                o_outcome := 'premature';
+                RETURN;
+            END IF;
 
-        -- Layer 3 decides, layer 2 backstops: predict, claim, confirm.
-        v_i := array_position(p_states, v_status);
-        v_to := coalesce(p_to[v_i], '');
-        o_outcome := CASE WHEN v_to <> '' THEN 'applied' ELSE 'skipped' END;
-        o_status := CASE WHEN v_to <> '' THEN v_to ELSE v_status END;
-        -- The canonical result (durable/result.go parses exactly this).
-        o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}', o_outcome, o_status);
-        INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
-        VALUES (p_biz_key, p_order_no, p_hash, 'DONE', o_result)
-        ON CONFLICT (biz_key) DO NOTHING
-        RETURNING id INTO v_claim;
-
-        IF v_claim IS NOT NULL THEN
-            LOOP
-                IF v_to = '' THEN
-                    o_review := nullif(coalesce(p_reviews[v_i], ''), '');
-                    IF o_review IS NOT NULL THEN
-                        PERFORM notifyedge_review(p_biz_key, p_order_no, o_review, p_hash, p_raw_body);
-                    END IF;
-                    RETURN;
-                END IF;
-                IF notifyedge_apply(p_order_no, v_status, v_to, p_topics[v_i],
-                                    p_event, p_biz_key, p_amount, p_currency) THEN
-                    RETURN;
-                END IF;
-                -- The order moved under us: decide again on what it is now.
-                v_tries := v_tries + 1;
-                SELECT o.status, o.amount, o.currency INTO v_status, v_amount, v_currency
-                  FROM biz_order o WHERE o.order_no = p_order_no;
-                IF NOT FOUND OR v_amount <> p_amount OR v_currency <> p_currency
-                   OR v_status = ANY (p_premature) OR v_tries > 8 THEN
-                    -- Rewritten or deleted under us: store nothing; the
-                    -- channel's retry is decided afresh.
-                    RAISE EXCEPTION 'order % changed during delivery %', p_order_no, p_biz_key
-                        USING ERRCODE = 'serialization_failure';
-                END IF;
-                v_i := array_position(p_states, v_status);
-                v_to := coalesce(p_to[v_i], '');
-                o_outcome := CASE WHEN v_to <> '' THEN 'applied' ELSE 'skipped' END;
-                o_status := CASE WHEN v_to <> '' THEN v_to ELSE v_status END;
-                o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}', o_outcome, o_status);
+            -- Layer 3 decides, layer 2 backstops: predict, claim, confirm.
+            v_i := array_position(p_states, v_status);
+            v_to := coalesce(p_to[v_i], '');
+            o_outcome := CASE WHEN v_to <> '' THEN 'applied' ELSE 'skipped' END;
+            o_status := CASE WHEN v_to <> '' THEN v_to ELSE v_status END;
+            -- The canonical result (durable/result.go reads exactly this).
+            o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}', o_outcome, o_status);
+            IF v_claim IS NULL THEN
+                INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
+                VALUES (p_biz_key, p_order_no, p_hash, 'DONE', o_result)
+                ON CONFLICT (biz_key) DO NOTHING
+                RETURNING id INTO v_claim;
+                EXIT WHEN v_claim IS NULL; -- a concurrent delivery won: replay it below
+            ELSE
                 UPDATE notify_claim SET result_json = o_result WHERE id = v_claim;
-            END LOOP;
-        END IF;
+            END IF;
+
+            IF v_to = '' THEN
+                o_review := nullif(coalesce(p_reviews[v_i], ''), '');
+                IF o_review IS NOT NULL THEN
+                    PERFORM notifyedge_review(p_biz_key, p_order_no, o_review, p_hash, p_raw_body);
+                END IF;
+                RETURN;
+            END IF;
+            IF notifyedge_apply(p_order_no, v_status, v_to, p_topics[v_i],
+                                p_event, p_biz_key, p_amount, p_currency) THEN
+                RETURN;
+            END IF;
+            -- The order moved under us: decide again on what it is now.
+            v_tries := v_tries + 1;
+        END LOOP;
 
         -- A concurrent delivery of this key committed while we waited.
         o_status := NULL;
