@@ -74,16 +74,16 @@ func textSafe(b []byte) []byte {
 
 // sqlProcess answers a replay (a committed claim with the same digest) in
 // plain SQL, one index probe; only otherwise does it call notifyedge_process,
-// which decides everything else (and checks for the claim again itself).
-// The one-time filter keeps the function from running at all on a replay:
-// on two cores, a PL/pgSQL call costs about as much as the probe.
+// handing it the digest of any claim it found. The one-time filter keeps the
+// function from running at all on a replay: on two cores, a PL/pgSQL call
+// costs about as much as the probe.
 const sqlProcess = `WITH c AS MATERIALIZED (
-    SELECT result_json FROM notify_claim WHERE biz_key = $1 AND payload_hash = $3)
-SELECT 'replayed', NULL, result_json, NULL FROM c
+    SELECT payload_hash, result_json FROM notify_claim WHERE biz_key = $1)
+SELECT 'replayed', NULL, result_json, NULL FROM c WHERE payload_hash = $3
 UNION ALL
 SELECT o_outcome, o_status, o_result, o_review
-  FROM notifyedge_process($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
- WHERE NOT EXISTS (SELECT 1 FROM c)`
+  FROM notifyedge_process($1, $2, $3, $4, (SELECT payload_hash FROM c), $5, $6, $7, $8, $9, $10, $11, $12)
+ WHERE NOT EXISTS (SELECT 1 FROM c WHERE payload_hash = $3)`
 
 // Process decides one delivery in one transaction (see the package doc).
 // Decisions follow the contract's order: an existing claim (replay, or

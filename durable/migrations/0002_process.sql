@@ -69,11 +69,15 @@ $$;
 -- Locks are taken in one order, claim key before order row, and Transition
 -- takes the order row only: no deadlock.
 --
+-- p_claim_hash is the payload_hash of the key's claim as the caller's
+-- statement just read it (NULL: no claim), so the function does not probe
+-- again. Were it wrong, the unique index would still catch the duplicate.
+--
 -- o_outcome is one of applied, skipped, replayed, conflict, premature,
 -- amount_mismatch, unknown_order. o_result is the canonical result_json of a
 -- DONE claim (applied, skipped, replayed).
 CREATE FUNCTION notifyedge_process(
-    p_biz_key text, p_order_no text, p_hash text, p_raw_body text,
+    p_biz_key text, p_order_no text, p_hash text, p_raw_body text, p_claim_hash text,
     p_event text, p_amount bigint, p_currency text,
     p_state_list text, p_to_list text, p_topic_list text, p_review_list text, p_premature_list text,
     OUT o_outcome text, OUT o_status text, OUT o_result text, OUT o_review text)
@@ -93,10 +97,8 @@ DECLARE
     v_to       text;
     v_tries    int := 0;
 BEGIN
-    -- Layer 4: a committed claim answers with the first result.
-    SELECT c.payload_hash, c.result_json INTO v_hash, o_result
-      FROM notify_claim c WHERE c.biz_key = p_biz_key;
-    IF NOT FOUND THEN
+    v_hash := p_claim_hash;
+    IF v_hash IS NULL THEN
         LOOP
             SELECT o.status, o.amount, o.currency INTO v_status, v_amount, v_currency
               FROM biz_order o WHERE o.order_no = p_order_no;
@@ -163,8 +165,12 @@ BEGIN
           FROM notify_claim c WHERE c.biz_key = p_biz_key;
     END IF;
 
+    -- Layer 4: a committed claim answers with the first result.
     IF v_hash = p_hash THEN
         o_outcome := 'replayed';
+        IF o_result IS NULL THEN
+            SELECT c.result_json INTO STRICT o_result FROM notify_claim c WHERE c.biz_key = p_biz_key;
+        END IF;
         RETURN;
     END IF;
     -- Same key, different business content: never through, always seen.
