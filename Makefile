@@ -27,6 +27,14 @@ deps-postgres:
 		echo "missing PostgreSQL server binaries (initdb, postgres): run 'sudo apt-get install postgresql'"; exit 1; \
 	fi
 
+## run: start edged -dev (throwaway Postgres, demo channel, prints a ready curl)
+run: deps build
+	./bin/edged -dev
+
+## build: build the binaries into bin/
+build:
+	$(GO) build -o bin/ ./cmd/...
+
 ## test: run the whole test suite (starts its own Postgres; what CI runs)
 test: deps
 	$(GO) test -count=1 -timeout 15m $(PKGS)
@@ -50,4 +58,4 @@ lint:
 		if [ -n "$$bad" ]; then echo "$$p must not import: $$bad"; exit 1; fi; \
 	done; echo "imports: ok"
 
-.PHONY: help deps deps-postgres test test-race bench lint
+.PHONY: help deps deps-postgres run build test test-race bench lint

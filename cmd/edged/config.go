@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/notifyedge/notifyedge/edge"
+)
+
+// Config is edged's configuration: flags, falling back to environment
+// variables, falling back to the contract's defaults.
+type Config struct {
+	Listen      string
+	AdminListen string
+	DatabaseURL string
+	RedisURL    string
+	StreamURL   string
+	AdminToken  string
+	Budget      time.Duration
+	MaxBody     int
+	ResultTTL   time.Duration
+	Drain       time.Duration
+	Relay       bool
+	Dev         bool
+	Channels    []ChannelConfig
+}
+
+// ChannelConfig is one channel from EDGE_SECRET_<NAME> (or
+// EDGE_SECRETFILE_<NAME>) and EDGE_CHANNEL_<NAME>_*.
+type ChannelConfig struct {
+	Name    string
+	Kind    string
+	Secrets []string
+}
+
+// ParseConfig reads args (without the program name) and env ("K=V" pairs).
+func ParseConfig(args, env []string) (Config, error) {
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	get := func(k, def string) string {
+		if v, ok := vars[k]; ok && v != "" {
+			return v
+		}
+		return def
+	}
+	var c Config
+	var budget, maxBody, ttl, drain, relay string
+	fs := flag.NewFlagSet("edged", flag.ContinueOnError)
+	fs.StringVar(&c.Listen, "listen", get("EDGE_LISTEN", ":8080"), "public listen address (EDGE_LISTEN)")
+	fs.StringVar(&c.AdminListen, "admin-listen", get("EDGE_ADMIN_LISTEN", "127.0.0.1:9090"), "admin listen address (EDGE_ADMIN_LISTEN)")
+	fs.StringVar(&budget, "budget", get("EDGE_BUDGET", "200ms"), "latency budget from request read to response written (EDGE_BUDGET)")
+	fs.StringVar(&maxBody, "max-body", get("EDGE_MAX_BODY", "64KiB"), "largest accepted body (EDGE_MAX_BODY)")
+	fs.StringVar(&ttl, "result-ttl", get("EDGE_RESULT_TTL", "24h"), "how long the cache keeps a result (EDGE_RESULT_TTL)")
+	fs.StringVar(&drain, "drain", get("EDGE_DRAIN", "10s"), "how long in-flight requests may finish on shutdown (EDGE_DRAIN)")
+	fs.StringVar(&relay, "relay", get("EDGE_RELAY", "true"), "run the outbox relay where EDGE_STREAM_URL is set (EDGE_RELAY)")
+	fs.BoolVar(&c.Dev, "dev", false, "throwaway Postgres and in-process Redis unless DATABASE_URL/REDIS_URL are given")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if c.Budget, err = positiveDuration("budget", budget); err != nil {
+		return Config{}, err
+	}
+	if c.ResultTTL, err = positiveDuration("result-ttl", ttl); err != nil {
+		return Config{}, err
+	}
+	if c.Drain, err = positiveDuration("drain", drain); err != nil {
+		return Config{}, err
+	}
+	if c.MaxBody, err = parseSize(maxBody); err != nil {
+		return Config{}, fmt.Errorf("max-body: %w", err)
+	}
+	if c.Relay, err = strconv.ParseBool(relay); err != nil {
+		return Config{}, fmt.Errorf("relay: %q is not true or false", relay)
+	}
+	c.DatabaseURL = vars["DATABASE_URL"]
+	c.RedisURL = vars["REDIS_URL"]
+	c.StreamURL = vars["EDGE_STREAM_URL"]
+	c.AdminToken = vars["EDGE_ADMIN_TOKEN"]
+	if c.Channels, err = parseChannels(vars); err != nil {
+		return Config{}, err
+	}
+	if !c.Dev && c.DatabaseURL == "" {
+		return Config{}, errors.New("DATABASE_URL is required (a production node never falls back to a throwaway database; use -dev for one)")
+	}
+	if !c.Dev && len(c.Channels) == 0 {
+		return Config{}, errors.New("no channel configured: set EDGE_SECRET_<CHANNEL> (e.g. EDGE_SECRET_ACME=whsec_...)")
+	}
+	return c, nil
+}
+
+func positiveDuration(name, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s: %q is not a positive duration", name, s)
+	}
+	return d, nil
+}
+
+// parseSize reads "65536", "64KiB", "1MiB", "64KB" or "1MB".
+func parseSize(s string) (int, error) {
+	units := []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"KB", 1000}, {"MB", 1000 * 1000}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if err != nil || n <= 0 || n > (1<<30)/u.mult {
+			return 0, fmt.Errorf("%q is not a size such as 64KiB", s)
+		}
+		return n * u.mult, nil
+	}
+	return 0, fmt.Errorf("%q is not a size such as 64KiB", s)
+}
+
+// parseChannels finds EDGE_SECRET_<NAME> and EDGE_SECRETFILE_<NAME>.
+func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
+	secrets := map[string]string{}
+	for k, v := range vars {
+		if name, ok := strings.CutPrefix(k, "EDGE_SECRETFILE_"); ok {
+			b, err := os.ReadFile(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			if _, dup := vars["EDGE_SECRET_"+name]; dup {
+				return nil, fmt.Errorf("channel %s: set EDGE_SECRET_%s or EDGE_SECRETFILE_%s, not both", strings.ToLower(name), name, name)
+			}
+			secrets[name] = string(b)
+		} else if name, ok := strings.CutPrefix(k, "EDGE_SECRET_"); ok {
+			secrets[name] = v
+		}
+	}
+	var out []ChannelConfig
+	for upper, list := range secrets {
+		name := strings.ToLower(upper)
+		if !edge.ValidChannelName(name) || strings.ToUpper(name) != upper {
+			return nil, fmt.Errorf("EDGE_SECRET_%s: channel names are [a-z0-9_]{1,32}", upper)
+		}
+		cc := ChannelConfig{Name: name, Kind: vars["EDGE_CHANNEL_"+upper+"_KIND"], Secrets: strings.Fields(list)}
+		if cc.Kind == "" {
+			cc.Kind = "generic"
+		}
+		if len(cc.Secrets) == 0 {
+			return nil, fmt.Errorf("channel %s: no secret", name)
+		}
+		out = append(out, cc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// newChannel builds the adapter of a configured channel.
+func newChannel(cc ChannelConfig) (edge.Channel, error) {
+	switch cc.Kind {
+	case "generic":
+		return edge.NewGeneric(edge.GenericConfig{Name: cc.Name, Secrets: cc.Secrets})
+	}
+	return nil, fmt.Errorf("channel %s: unknown kind %q (EDGE_CHANNEL_%s_KIND): this build knows generic",
+		cc.Name, cc.Kind, strings.ToUpper(cc.Name))
+}

@@ -1,0 +1,212 @@
+// Command edged runs notifyedge: the public callback endpoint and the admin
+// listener, over Postgres (DATABASE_URL), or over a throwaway local Postgres
+// with -dev.
+//
+//	edged [flags]            serve (see -h, and the README's configuration table)
+//	edged -dev               serve on throwaway local state, print a ready curl
+//	edged sign [flags]       print the Standard Webhooks headers for a body
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/edge"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "sign" {
+		os.Exit(runSign(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	cfg, err := ParseConfig(os.Args[1:], os.Environ())
+	if errors.Is(err, errHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edged:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain(cfg)
+	if err := m.Run(ctx); err != nil {
+		m.Close()
+		fmt.Fprintln(os.Stderr, "edged:", err)
+		os.Exit(1)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-m.Failed():
+		m.Logger.Error("listener failed", "error", err)
+	}
+	stop()
+	if err := m.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "edged:", err)
+		os.Exit(1)
+	}
+}
+
+// Main is one edged process: wiring, start-up and shutdown. End-to-end
+// tests run it in-process.
+type Main struct {
+	Config Config
+	// Stdout receives the dev-mode banner (the ready curl); logs go to Logger.
+	Stdout io.Writer
+	Logger *slog.Logger
+
+	cluster *durabletest.Cluster
+	store   *durable.Store
+	server  *edge.Server
+	admin   *edge.Admin
+	ln      net.Listener
+	adminLn net.Listener
+	failed  chan error
+	dev     devState
+}
+
+// Compile-time checks that the concrete parts satisfy edge's interfaces.
+var (
+	_ edge.Authority   = (*durable.Store)(nil)
+	_ edge.ReviewQueue = (*durable.Store)(nil)
+	_ edge.Pinger      = (*durable.Store)(nil)
+	_ edge.Backlog     = (*durable.Store)(nil)
+)
+
+// NewMain returns a Main for cfg, logging JSON to stderr.
+func NewMain(cfg Config) *Main {
+	return &Main{
+		Config: cfg,
+		Stdout: os.Stdout,
+		Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil)),
+		failed: make(chan error, 2),
+	}
+}
+
+// Run starts everything and returns once both listeners accept: migrated
+// and warmed before the first request.
+func (m *Main) Run(ctx context.Context) error {
+	cfg := &m.Config
+	if cfg.Dev {
+		if err := m.startDev(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.DatabaseURL == "" {
+		return errors.New("DATABASE_URL is required")
+	}
+	var err error
+	// The server gives up a little before the budget, even when the client
+	// cannot tell it to (statement_timeout, lock_timeout).
+	serverTimeout := cfg.Budget * 9 / 10
+	m.store, err = durable.New(ctx, durable.Config{URL: cfg.DatabaseURL, StatementTimeout: serverTimeout, LockTimeout: serverTimeout})
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if cfg.Dev {
+		if err := m.seedDev(ctx); err != nil {
+			return err
+		}
+	}
+	channels := make([]edge.Channel, 0, len(cfg.Channels))
+	names := make([]string, 0, len(cfg.Channels))
+	for _, cc := range cfg.Channels {
+		ch, err := newChannel(cc)
+		if err != nil {
+			return err
+		}
+		channels = append(channels, ch)
+		names = append(names, cc.Name)
+	}
+	metrics := edge.NewMetrics(names)
+	metrics.RegisterBacklog(m.store)
+	m.server, err = edge.New(edge.Config{
+		Channels:  channels,
+		Authority: m.store,
+		Budget:    cfg.Budget,
+		MaxBody:   cfg.MaxBody,
+		Metrics:   metrics,
+		Logger:    m.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	m.admin, err = edge.NewAdmin(edge.AdminConfig{
+		Token:    cfg.AdminToken,
+		Reviews:  m.store,
+		Postgres: m.store,
+		Metrics:  metrics,
+		Draining: m.server.Draining,
+		Logger:   m.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if m.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		return fmt.Errorf("admin listen: %w", err)
+	}
+	go func() { m.failed <- m.server.Serve(m.ln) }()
+	go func() { m.failed <- m.admin.Serve(m.adminLn) }()
+	m.Logger.Info("edged listening", "listen", m.ln.Addr().String(), "admin", m.adminLn.Addr().String(),
+		"channels", names, "budget", cfg.Budget.String(), "cache", "off", "relay", "off")
+	if cfg.Dev {
+		m.printDevBanner()
+	}
+	return nil
+}
+
+// Addr returns the public listener's address (after Run).
+func (m *Main) Addr() string { return m.ln.Addr().String() }
+
+// AdminAddr returns the admin listener's address (after Run).
+func (m *Main) AdminAddr() string { return m.adminLn.Addr().String() }
+
+// Failed delivers a listener's error if one stops serving on its own.
+func (m *Main) Failed() <-chan error { return m.failed }
+
+// Close drains and stops: /readyz turns 503 at once, the listener stops
+// accepting, in-flight requests get up to Config.Drain, then the pool closes
+// and a dev cluster is removed.
+func (m *Main) Close() error {
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), m.Config.Drain)
+	defer cancel()
+	if m.server != nil {
+		m.Logger.Info("draining", "deadline", m.Config.Drain.String())
+		if err := m.server.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("drain: %w", err))
+		}
+	} else if m.ln != nil {
+		m.ln.Close()
+	}
+	if m.admin != nil {
+		actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := m.admin.Shutdown(actx); err != nil {
+			errs = append(errs, fmt.Errorf("admin shutdown: %w", err))
+		}
+		acancel()
+	} else if m.adminLn != nil {
+		m.adminLn.Close()
+	}
+	if m.store != nil {
+		m.store.Close()
+	}
+	if m.cluster != nil {
+		if err := m.cluster.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("remove dev postgres: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,274 @@
+package edge
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// ReviewQueue is the review queue the admin endpoints serve.
+// *durable.Store satisfies it.
+type ReviewQueue interface {
+	Reviews(ctx context.Context, q durable.ReviewQuery) ([]durable.Review, error)
+	ResolveReview(ctx context.Context, id int64, resolution, by string) (durable.Review, error)
+}
+
+// Pinger reports whether Postgres answers. *durable.Store satisfies it.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// AdminConfig configures the admin listener.
+type AdminConfig struct {
+	// Token is EDGE_ADMIN_TOKEN; empty refuses every review request.
+	Token string
+	// Reviews serves /review (required).
+	Reviews ReviewQueue
+	// Postgres is pinged by /readyz (required).
+	Postgres Pinger
+	// Metrics are served on /metrics (required).
+	Metrics *Metrics
+	// Draining reports a drain in progress: /readyz then answers 503.
+	Draining func() bool
+	// RedisState and RelayState report "ok"/"degraded"/"off" and
+	// "running"/"standby"/"off" for /readyz (nil: "off").
+	RedisState, RelayState func() string
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Admin is the admin listener: /metrics, /healthz, /readyz, /review.
+type Admin struct {
+	cfg     AdminConfig
+	log     *slog.Logger
+	metrics fasthttp.RequestHandler
+	fast    *fasthttp.Server
+}
+
+// NewAdmin returns the admin listener for cfg.
+func NewAdmin(cfg AdminConfig) (*Admin, error) {
+	if cfg.Reviews == nil || cfg.Postgres == nil || cfg.Metrics == nil {
+		return nil, errors.New("edge: admin needs Reviews, Postgres and Metrics")
+	}
+	a := &Admin{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
+	a.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
+	a.fast = &fasthttp.Server{
+		Handler:               a.handle,
+		ReadTimeout:           10 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           60 * time.Second,
+		MaxRequestBodySize:    64 << 10,
+		SecureErrorLogMessage: true,
+		NoDefaultServerHeader: true,
+		Logger:                fastLogger{a.log},
+	}
+	return a, nil
+}
+
+// Serve serves the admin endpoints on ln until Shutdown.
+func (a *Admin) Serve(ln net.Listener) error { return a.fast.Serve(ln) }
+
+// Shutdown stops the admin listener.
+func (a *Admin) Shutdown(ctx context.Context) error { return a.fast.ShutdownWithContext(ctx) }
+
+var (
+	reviewPrefix  = []byte("/review/")
+	resolveSuffix = []byte("/resolve")
+	bearerPrefix  = []byte("Bearer ")
+)
+
+func (a *Admin) handle(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	get := ctx.IsGet() || ctx.IsHead()
+	switch {
+	case string(path) == "/metrics" && get:
+		a.metrics(ctx)
+	case string(path) == "/healthz" && get:
+		ctx.SetContentType("text/plain")
+		ctx.SetBodyString("ok\n")
+	case string(path) == "/readyz" && get:
+		a.readyz(ctx)
+	case string(path) == "/review" && get:
+		if a.authorized(ctx) {
+			a.listReviews(ctx)
+		}
+	case bytes.HasPrefix(path, reviewPrefix) && bytes.HasSuffix(path, resolveSuffix) && ctx.IsPost():
+		if a.authorized(ctx) {
+			a.resolve(ctx, path[len(reviewPrefix):len(path)-len(resolveSuffix)])
+		}
+	default:
+		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
+	}
+}
+
+func (a *Admin) readyz(ctx *fasthttp.RequestCtx) {
+	state := func(f func() string) string {
+		if f == nil {
+			return "off"
+		}
+		return f()
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	err := a.cfg.Postgres.Ping(pctx)
+	cancel()
+	body := struct {
+		Postgres string `json:"postgres"`
+		Redis    string `json:"redis"`
+		Relay    string `json:"relay"`
+		Draining bool   `json:"draining,omitempty"`
+	}{Postgres: "ok", Redis: state(a.cfg.RedisState), Relay: state(a.cfg.RelayState)}
+	code := http.StatusOK
+	if err != nil {
+		body.Postgres, code = "down", http.StatusServiceUnavailable
+	}
+	if a.cfg.Draining != nil && a.cfg.Draining() {
+		body.Draining, code = true, http.StatusServiceUnavailable
+	}
+	writeJSON(ctx, code, body)
+}
+
+// authorized checks the bearer token in constant time; with no token
+// configured it refuses everyone.
+func (a *Admin) authorized(ctx *fasthttp.RequestCtx) bool {
+	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), bearerPrefix)
+	if a.cfg.Token == "" || !ok || subtle.ConstantTimeCompare(got, []byte(a.cfg.Token)) != 1 {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="notifyedge-admin"`)
+		jsonError(ctx, http.StatusUnauthorized, "missing or wrong bearer token")
+		return false
+	}
+	return true
+}
+
+// reviewJSON is one review row as the contract shapes it.
+type reviewJSON struct {
+	ID          int64      `json:"id"`
+	BizKey      string     `json:"biz_key"`
+	OrderNo     string     `json:"order_no"`
+	Reason      string     `json:"reason"`
+	PayloadHash string     `json:"payload_hash"`
+	RawBody     string     `json:"raw_body"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ResolvedAt  *time.Time `json:"resolved_at"`
+	Resolution  *string    `json:"resolution"`
+	ResolvedBy  *string    `json:"resolved_by"`
+}
+
+func toReviewJSON(r durable.Review) reviewJSON {
+	out := reviewJSON{ID: r.ID, BizKey: r.BizKey, OrderNo: r.OrderNo, Reason: string(r.Reason),
+		PayloadHash: r.PayloadHash, RawBody: r.RawBody, CreatedAt: r.CreatedAt.UTC(),
+		Resolution: r.Resolution, ResolvedBy: r.ResolvedBy}
+	if r.ResolvedAt != nil {
+		t := r.ResolvedAt.UTC()
+		out.ResolvedAt = &t
+	}
+	return out
+}
+
+func (a *Admin) listReviews(ctx *fasthttp.RequestCtx) {
+	args := ctx.QueryArgs()
+	q := durable.ReviewQuery{State: durable.ReviewState(cmp.Or(string(args.Peek("state")), "open"))}
+	switch q.State {
+	case durable.ReviewOpen, durable.ReviewResolved, durable.ReviewAll:
+	default:
+		jsonError(ctx, http.StatusBadRequest, "state: must be open, resolved or all")
+		return
+	}
+	var err error
+	if v := args.Peek("limit"); len(v) > 0 {
+		if q.Limit, err = strconv.Atoi(string(v)); err != nil || q.Limit < 1 || q.Limit > 1000 {
+			jsonError(ctx, http.StatusBadRequest, "limit: must be 1 to 1000")
+			return
+		}
+	}
+	if v := args.Peek("after_id"); len(v) > 0 {
+		if q.AfterID, err = strconv.ParseInt(string(v), 10, 64); err != nil || q.AfterID < 1 {
+			jsonError(ctx, http.StatusBadRequest, "after_id: must be a positive id")
+			return
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := a.cfg.Reviews.Reviews(rctx, q)
+	if err != nil {
+		a.log.Error("list reviews", "error", err)
+		jsonError(ctx, http.StatusServiceUnavailable, "review queue unavailable")
+		return
+	}
+	page := struct {
+		Items       []reviewJSON `json:"items"`
+		NextAfterID *int64       `json:"next_after_id"`
+	}{Items: make([]reviewJSON, 0, len(rows))}
+	for _, r := range rows {
+		page.Items = append(page.Items, toReviewJSON(r))
+	}
+	if limit := cmp.Or(q.Limit, 50); len(rows) == limit {
+		last := rows[len(rows)-1].ID
+		page.NextAfterID = &last
+	}
+	writeJSON(ctx, http.StatusOK, page)
+}
+
+func (a *Admin) resolve(ctx *fasthttp.RequestCtx, idBytes []byte) {
+	id, err := strconv.ParseInt(string(idBytes), 10, 64)
+	if err != nil || id < 1 {
+		jsonError(ctx, http.StatusNotFound, "no such review")
+		return
+	}
+	var req struct {
+		Resolution string `json:"resolution"`
+		By         string `json:"by"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Resolution == "" || req.By == "" {
+		jsonError(ctx, http.StatusBadRequest, `body: must be {"resolution":"...","by":"..."}, both non-empty`)
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := a.cfg.Reviews.ResolveReview(rctx, id, req.Resolution, req.By)
+	switch {
+	case errors.Is(err, durable.ErrReviewNotFound):
+		jsonError(ctx, http.StatusNotFound, "no such review")
+	case errors.Is(err, durable.ErrReviewResolved):
+		jsonError(ctx, http.StatusConflict, "review already resolved")
+	case err != nil:
+		a.log.Error("resolve review", "id", id, "error", err)
+		jsonError(ctx, http.StatusServiceUnavailable, "review queue unavailable")
+	default:
+		a.log.Info("review resolved", "id", r.ID, "biz_key", r.BizKey, "reason", string(r.Reason),
+			"resolution", req.Resolution, "by", req.By)
+		writeJSON(ctx, http.StatusOK, toReviewJSON(r))
+	}
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("BUG: marshal admin response: " + err.Error())
+	}
+	ctx.SetStatusCode(code)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}
+
+func jsonError(ctx *fasthttp.RequestCtx, code int, msg string) {
+	writeJSON(ctx, code, struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}{"FAIL", msg})
+}

@@ -1,0 +1,222 @@
+package edge
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The generic channel: a JSON body (see jsonbody.go) authenticated by the
+// Standard Webhooks scheme. Headers:
+//
+//	webhook-id:        the delivery's message id
+//	webhook-timestamp: unix seconds, at most 5 minutes from now
+//	webhook-signature: space-separated "v1,<base64 HMAC-SHA256>" entries over
+//	                   "{id}.{timestamp}.{raw body}"; any one entry may match
+//	                   any one of the channel's secrets (rotation)
+
+// WebhookTolerance is how far webhook-timestamp may be from now.
+const WebhookTolerance = 5 * time.Minute
+
+var (
+	headerWebhookID        = "webhook-id"
+	headerWebhookTimestamp = "webhook-timestamp"
+	headerWebhookSignature = "webhook-signature"
+	mediaJSON              = []byte("application/json")
+)
+
+// GenericConfig configures a generic JSON channel.
+type GenericConfig struct {
+	// Name is the channel name, [a-z0-9_]{1,32}.
+	Name string
+	// Secrets are the channel's signing secrets ("whsec_" + base64 of the
+	// key); any one may match, so a rotation holds the old and the new.
+	Secrets []string
+	// Now is the clock (default time.Now), for tests.
+	Now func() time.Time
+}
+
+// Generic is the generic JSON channel.
+type Generic struct {
+	name string
+	macs []sync.Pool // one pool of HMAC states per secret
+	now  func() time.Time
+}
+
+var _ Channel = (*Generic)(nil)
+
+// ErrBadSecret marks a channel secret that is not "whsec_" + base64.
+var ErrBadSecret = errors.New("edge: bad channel secret")
+
+// NewGeneric returns the generic channel for cfg.
+func NewGeneric(cfg GenericConfig) (*Generic, error) {
+	if !ValidChannelName(cfg.Name) {
+		return nil, fmt.Errorf("channel %q: name must match [a-z0-9_]{1,32}", cfg.Name)
+	}
+	if len(cfg.Secrets) == 0 {
+		return nil, fmt.Errorf("channel %s: %w: none configured", cfg.Name, ErrBadSecret)
+	}
+	g := &Generic{name: cfg.Name, macs: make([]sync.Pool, len(cfg.Secrets)), now: cfg.Now}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	for i, s := range cfg.Secrets {
+		key, err := DecodeWebhookSecret(s)
+		if err != nil {
+			return nil, fmt.Errorf("channel %s: secret %d: %w", cfg.Name, i+1, err)
+		}
+		g.macs[i].New = func() any { return hmac.New(sha256.New, key) }
+	}
+	return g, nil
+}
+
+// Name returns the channel name.
+func (g *Generic) Name() string { return g.name }
+
+// DecodeWebhookSecret returns the key of a "whsec_<base64>" secret.
+func DecodeWebhookSecret(s string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(s, "whsec_")
+	if !ok {
+		return nil, fmt.Errorf("%w: missing whsec_ prefix", ErrBadSecret)
+	}
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(key) == 0 {
+		return nil, fmt.Errorf("%w: not base64", ErrBadSecret)
+	}
+	return key, nil
+}
+
+// Parse authenticates req (401) and parses its body (400).
+func (g *Generic) Parse(req *Request, d *Delivery) *Reject {
+	if rej := g.verify(req); rej != nil {
+		return rej
+	}
+	if !isMedia(req.ContentType, mediaJSON) {
+		return badRequest("content-type: must be application/json")
+	}
+	if rej := parseGenericBody(req.Body, d); rej != nil {
+		return rej
+	}
+	d.Finish(g.name)
+	return nil
+}
+
+func (g *Generic) verify(req *Request) *Reject {
+	id := req.Header.Peek(headerWebhookID)
+	ts := req.Header.Peek(headerWebhookTimestamp)
+	sigs := req.Header.Peek(headerWebhookSignature)
+	if len(id) == 0 || len(ts) == 0 || len(sigs) == 0 {
+		return unauthorized("missing webhook-id, webhook-timestamp or webhook-signature")
+	}
+	if len(id) > 256 {
+		return unauthorized("webhook-id too long")
+	}
+	sec, ok := parseUnixSeconds(ts)
+	if !ok {
+		return unauthorized("webhook-timestamp: not unix seconds")
+	}
+	if d := g.now().Sub(time.Unix(sec, 0)); d > WebhookTolerance || d < -WebhookTolerance {
+		return unauthorized("webhook-timestamp: more than 5 minutes from now")
+	}
+	var sums [8][sha256.Size]byte
+	n := min(len(g.macs), len(sums))
+	for i := range n {
+		mac := g.macs[i].Get().(hash.Hash)
+		mac.Reset()
+		mac.Write(id)
+		mac.Write(dot)
+		mac.Write(ts)
+		mac.Write(dot)
+		mac.Write(req.Body)
+		mac.Sum(sums[i][:0])
+		g.macs[i].Put(mac)
+	}
+	var got [sha256.Size + 3]byte
+	for entry := range bytes.SplitSeq(sigs, space) {
+		b64, ok := bytes.CutPrefix(entry, v1Prefix)
+		if !ok || base64.StdEncoding.DecodedLen(len(b64)) > len(got) {
+			continue
+		}
+		m, err := base64.StdEncoding.Decode(got[:], b64)
+		if err != nil || m != sha256.Size {
+			continue
+		}
+		for i := range n {
+			if hmac.Equal(got[:m], sums[i][:]) {
+				return nil
+			}
+		}
+	}
+	return unauthorized("no webhook-signature entry matches")
+}
+
+var (
+	dot      = []byte(".")
+	space    = []byte(" ")
+	v1Prefix = []byte("v1,")
+)
+
+// Render renders the generic answer: Content-Type application/json, body
+// {"code":..,"outcome":..,"status":..,"message":..}.
+func (g *Generic) Render(dst []byte, v *Verdict) ([]byte, string) {
+	return appendVerdictJSON(dst, v), "application/json"
+}
+
+// SignWebhook returns the webhook-signature value "v1,<base64>" of body
+// under secret for message id and unix timestamp ts: what a channel sends.
+func SignWebhook(secret, id string, ts int64, body []byte) (string, error) {
+	key, err := DecodeWebhookSecret(secret)
+	if err != nil {
+		return "", err
+	}
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "%s.%d.", id, ts)
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)), nil
+}
+
+// parseUnixSeconds parses 1 to 12 decimal digits (no allocation, unlike
+// strconv on a converted string).
+func parseUnixSeconds(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 12 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// ValidChannelName reports whether s is [a-z0-9_]{1,32}.
+func ValidChannelName[T ~string | ~[]byte](s T) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// isMedia reports whether the Content-Type value ct names media type want
+// (case-insensitive, parameters such as charset allowed).
+func isMedia(ct, want []byte) bool {
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return bytes.EqualFold(bytes.TrimSpace(ct), want)
+}

@@ -1,0 +1,168 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// Authority decides deliveries durably: the only source of truth.
+// *durable.Store satisfies it.
+type Authority interface {
+	Process(ctx context.Context, n durable.Notification) (durable.Result, error)
+}
+
+// exchange is one request's pooled state: the transport fills req, the flow
+// fills the rest, the transport writes the answer. Everything in it is
+// request-scoped and reset on release.
+type exchange struct {
+	req      Request
+	d        Delivery
+	verdict  Verdict
+	body     []byte // the rendered answer
+	ctype    string
+	replayed bool
+	outcome  Outcome
+	path     Path
+	channel  Channel // nil for an unknown channel or path
+	review   durable.ReviewReason
+	err      error
+}
+
+var exchanges = sync.Pool{New: func() any { return &exchange{body: make([]byte, 0, 256)} }}
+
+func getExchange() *exchange { return exchanges.Get().(*exchange) }
+
+func putExchange(x *exchange) {
+	x.d.Reset()
+	*x = exchange{d: x.d, body: x.body[:0]}
+	exchanges.Put(x)
+}
+
+// decide runs the one request flow for a routed POST /notify/{channel}:
+// channel → authenticity and body (the adapter) → durable → answer.
+// start is when the request had been read; the budget runs from it.
+func (s *Server) decide(start time.Time, x *exchange) {
+	ch, ok := s.channels[string(x.req.Channel)]
+	if !ok {
+		s.fail(x, OutcomeUnknownChannel, "", "unknown channel")
+		return
+	}
+	x.channel = ch
+	if rej := ch.Parse(&x.req, &x.d); rej != nil {
+		s.fail(x, rej.Outcome, "", rej.Message)
+		return
+	}
+	event, _ := durable.ParseChannelEvent(x.d.Event)
+	n := durable.Notification{
+		BizKey:   string(x.d.Key),
+		OrderNo:  string(x.d.OrderNo),
+		Event:    event,
+		Amount:   x.d.Amount,
+		Currency: string(x.d.Currency),
+		Digest:   string(x.d.Digest[:]),
+		RawBody:  x.req.Body,
+	}
+	x.path = PathDurable
+	// The durable step gets what is left of the budget, less a margin to
+	// write the answer: past it the answer is 503 and the channel retries.
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
+	res, err := s.authority.Process(ctx, n)
+	cancel()
+	if err != nil {
+		x.err = err
+		msg := "temporarily unavailable; retry"
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, durable.ErrTimeout) {
+			msg = "latency budget exceeded; retry"
+		}
+		s.fail(x, OutcomeUnavailable, "", msg)
+		return
+	}
+	x.review = res.Review
+	if res.Outcome.Done() {
+		x.outcome = OutcomeApplied
+		switch {
+		case res.Replayed:
+			x.outcome, x.replayed = OutcomeReplayedDB, true
+		case res.Outcome == durable.Skipped:
+			x.outcome = OutcomeSkipped
+		}
+		x.verdict = doneVerdict(res.Outcome, res.Status)
+		x.body, x.ctype = ch.Render(x.body[:0], &x.verdict)
+		return
+	}
+	var status durable.State
+	if res.Outcome == durable.Premature {
+		status = res.Status // tells the channel what the payment has not reached yet
+	}
+	s.fail(x, resultOutcome(res.Outcome), status, resultMessages[res.Outcome])
+}
+
+// fail sets a FAIL answer, rendered by the channel's adapter when the
+// channel is known, else in the generic JSON form.
+func (s *Server) fail(x *exchange, o Outcome, status durable.State, msg string) {
+	x.outcome = o
+	x.verdict = failVerdict(o, status, msg)
+	if x.channel != nil {
+		x.body, x.ctype = x.channel.Render(x.body[:0], &x.verdict)
+		return
+	}
+	x.body, x.ctype = appendVerdictJSON(x.body[:0], &x.verdict), "application/json"
+}
+
+// finish records the request: its metrics always, a log line for every
+// non-2xx answer and every alarm. Rejections (401, 400, 404 channel, 405,
+// 413) are logged at a bounded rate: attackers must not fill the disk.
+func (s *Server) finish(start time.Time, x *exchange) {
+	elapsed := time.Since(start)
+	path := x.path
+	if x.outcome >= OutcomeUnknownChannel && x.outcome <= OutcomeTooLarge {
+		path = PathRejected
+	}
+	s.metrics.observe(s.metrics.channel(x.req.Channel), x.outcome, path, elapsed)
+	if x.verdict.HTTP < 300 && x.review == "" {
+		return
+	}
+	level := slog.LevelWarn
+	switch {
+	case x.outcome == OutcomeConflict || x.review != "":
+		level = slog.LevelError // an alarm: a human must look
+	case path == PathRejected:
+		if !s.rejectLog.Allow() {
+			return
+		}
+	case x.outcome == OutcomeInternal:
+		level = slog.LevelError
+	}
+	channel := UnknownChannel
+	if x.channel != nil {
+		channel = x.channel.Name()
+	}
+	attrs := []slog.Attr{
+		slog.String("channel", channel),
+		slog.String("outcome", x.outcome.String()),
+		slog.Int("http", x.verdict.HTTP),
+		slog.Float64("latency_ms", float64(elapsed.Microseconds())/1000),
+	}
+	if len(x.d.Key) > 0 {
+		attrs = append(attrs, slog.String("biz_key", string(x.d.Key)))
+	}
+	if x.review != "" {
+		attrs = append(attrs, slog.String("review", string(x.review)))
+	}
+	if x.verdict.Message != "" {
+		attrs = append(attrs, slog.String("message", x.verdict.Message))
+	}
+	if x.err != nil {
+		attrs = append(attrs, slog.String("error", x.err.Error()))
+	}
+	msg := "callback answered"
+	if level == slog.LevelError && x.outcome != OutcomeInternal {
+		msg = "alarm: callback needs review"
+	}
+	s.log.LogAttrs(context.Background(), level, msg, attrs...)
+}

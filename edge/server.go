@@ -1,0 +1,259 @@
+package edge
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
+)
+
+// Config configures a Server. Zero fields take the defaults noted.
+type Config struct {
+	// Channels are the configured channels (at least one).
+	Channels []Channel
+	// Authority decides deliveries (required).
+	Authority Authority
+	// Budget is the latency budget from request read to response written
+	// (default 200ms).
+	Budget time.Duration
+	// MaxBody is the largest accepted body in bytes (default 64 KiB).
+	MaxBody int
+	// Metrics (default NewMetrics of the channel names).
+	Metrics *Metrics
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// ReadTimeout, WriteTimeout and IdleTimeout bound slow or idle clients
+	// (defaults 5s, 5s, 60s).
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// Concurrency caps the connections served at once (default 4096).
+	Concurrency int
+}
+
+// Server is the public callback endpoint.
+type Server struct {
+	channels      map[string]Channel
+	authority     Authority
+	budget        time.Duration
+	durableBudget time.Duration
+	maxBody       int
+	metrics       *Metrics
+	log           *slog.Logger
+	rejectLog     *rate.Limiter
+	fast          *fasthttp.Server
+	draining      atomic.Bool
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Authority == nil {
+		return nil, errors.New("edge: no Authority")
+	}
+	if len(cfg.Channels) == 0 {
+		return nil, errors.New("edge: no channel configured")
+	}
+	s := &Server{
+		channels:  make(map[string]Channel, len(cfg.Channels)),
+		authority: cfg.Authority,
+		budget:    cmp.Or(cfg.Budget, 200*time.Millisecond),
+		maxBody:   cmp.Or(cfg.MaxBody, 64<<10),
+		log:       cmp.Or(cfg.Logger, slog.Default()),
+		rejectLog: rate.NewLimiter(5, 20),
+	}
+	names := make([]string, 0, len(cfg.Channels))
+	for _, ch := range cfg.Channels {
+		if _, dup := s.channels[ch.Name()]; dup {
+			return nil, fmt.Errorf("edge: channel %s configured twice", ch.Name())
+		}
+		s.channels[ch.Name()] = ch
+		names = append(names, ch.Name())
+	}
+	s.metrics = cfg.Metrics
+	if s.metrics == nil {
+		s.metrics = NewMetrics(names)
+	}
+	s.durableBudget = s.budget - min(s.budget/10, 20*time.Millisecond)
+	s.fast = &fasthttp.Server{
+		Handler:                       s.HandleFastHTTP,
+		ErrorHandler:                  s.handleFastError,
+		MaxRequestBodySize:            s.maxBody,
+		ReadTimeout:                   cmp.Or(cfg.ReadTimeout, 5*time.Second),
+		WriteTimeout:                  cmp.Or(cfg.WriteTimeout, 5*time.Second),
+		IdleTimeout:                   cmp.Or(cfg.IdleTimeout, 60*time.Second),
+		Concurrency:                   cmp.Or(cfg.Concurrency, 4096),
+		SecureErrorLogMessage:         true,
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		DisablePreParseMultipartForm:  true,
+		DisableHeaderNamesNormalizing: false,
+		CloseOnShutdown:               true,
+		Logger:                        fastLogger{s.log},
+	}
+	return s, nil
+}
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Budget returns the latency budget.
+func (s *Server) Budget() time.Duration { return s.budget }
+
+// Serve answers callbacks on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.fast.Serve(ln) }
+
+// Drain marks the server as draining: /readyz answers 503 from now on, so a
+// load balancer stops sending before the listener closes.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Draining reports whether Drain was called.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Shutdown drains, stops accepting, and waits for in-flight requests until
+// ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.Drain()
+	return s.fast.ShutdownWithContext(ctx)
+}
+
+var (
+	notifyPrefix    = []byte("/notify/")
+	headerReplayed  = "Idempotent-Replayed"
+	valueTrue       = []byte("true")
+	methodNotPost   = "method not allowed: use POST"
+	noSuchPath      = "no such path: POST /notify/{channel}"
+	headerAllow     = "Allow"
+	valuePost       = []byte("POST")
+	messageInternal = "internal error; retry"
+)
+
+// HandleFastHTTP is the fasthttp handler of the public endpoint.
+func (s *Server) HandleFastHTTP(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	x := getExchange()
+	defer putExchange(x)
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			x.channel = nil
+			s.fail(x, OutcomeInternal, "", messageInternal)
+			s.write(ctx, x)
+			s.finish(start, x)
+		}
+	}()
+	path := ctx.Path()
+	switch {
+	case !bytes.HasPrefix(path, notifyPrefix):
+		s.fail(x, OutcomeBadRequest, "", noSuchPath)
+		x.verdict.HTTP = http.StatusNotFound
+	case !ctx.IsPost():
+		s.fail(x, OutcomeBadRequest, "", methodNotPost)
+		x.verdict.HTTP = http.StatusMethodNotAllowed
+		ctx.Response.Header.SetBytesV(headerAllow, valuePost)
+	default:
+		x.req = Request{
+			Channel:     path[len(notifyPrefix):],
+			ContentType: ctx.Request.Header.ContentType(),
+			Body:        ctx.PostBody(),
+			Header:      &ctx.Request.Header,
+		}
+		s.decide(start, x)
+	}
+	s.write(ctx, x)
+	s.finish(start, x)
+}
+
+// write copies the answer into the response (fasthttp owns the copy).
+func (s *Server) write(ctx *fasthttp.RequestCtx, x *exchange) {
+	ctx.SetStatusCode(x.verdict.HTTP)
+	ctx.SetContentType(x.ctype)
+	if x.replayed {
+		ctx.Response.Header.SetBytesV(headerReplayed, valueTrue)
+	}
+	ctx.SetBody(x.body)
+}
+
+// handleFastError answers what fasthttp refused before the handler: a body
+// over MaxBody (413, where fasthttp's default says 400), a read timeout, a
+// malformed request.
+func (s *Server) handleFastError(ctx *fasthttp.RequestCtx, err error) {
+	start := time.Now()
+	x := getExchange()
+	defer putExchange(x)
+	if path := ctx.Path(); bytes.HasPrefix(path, notifyPrefix) {
+		x.req.Channel = path[len(notifyPrefix):] // for the metrics label only
+	}
+	var netErr net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		s.fail(x, OutcomeTooLarge, "", fmt.Sprintf("body larger than %d bytes", s.maxBody))
+	case errors.As(err, &netErr) && netErr.Timeout():
+		s.fail(x, OutcomeBadRequest, "", "request read timed out")
+		x.verdict.HTTP = http.StatusRequestTimeout
+	default:
+		s.fail(x, OutcomeBadRequest, "", "malformed HTTP request")
+	}
+	s.write(ctx, x)
+	s.finish(start, x)
+}
+
+// ServeHTTP is the same flow behind net/http, for comparison and for users
+// who mount notifyedge in an existing net/http server.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	x := getExchange()
+	defer putExchange(x)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.maxBody)))
+	var tooLarge *http.MaxBytesError
+	channel, routed := strings.CutPrefix(r.URL.Path, string(notifyPrefix))
+	switch {
+	case errors.As(err, &tooLarge):
+		s.fail(x, OutcomeTooLarge, "", fmt.Sprintf("body larger than %d bytes", s.maxBody))
+	case err != nil:
+		s.fail(x, OutcomeBadRequest, "", "body could not be read")
+	case !routed:
+		s.fail(x, OutcomeBadRequest, "", noSuchPath)
+		x.verdict.HTTP = http.StatusNotFound
+	case r.Method != http.MethodPost:
+		s.fail(x, OutcomeBadRequest, "", methodNotPost)
+		x.verdict.HTTP = http.StatusMethodNotAllowed
+		w.Header().Set(headerAllow, http.MethodPost)
+	default:
+		x.req = Request{
+			Channel:     []byte(channel),
+			ContentType: []byte(r.Header.Get("Content-Type")),
+			Body:        body,
+			Header:      httpHeader(r.Header),
+		}
+		s.decide(start, x)
+	}
+	w.Header().Set("Content-Type", x.ctype)
+	if x.replayed {
+		w.Header().Set(headerReplayed, "true")
+	}
+	w.WriteHeader(x.verdict.HTTP)
+	_, _ = w.Write(x.body)
+	s.finish(start, x)
+}
+
+// httpHeader adapts net/http headers to HeaderReader.
+type httpHeader http.Header
+
+func (h httpHeader) Peek(name string) []byte { return []byte(http.Header(h).Get(name)) }
+
+// fastLogger sends fasthttp's own messages to slog.
+type fastLogger struct{ log *slog.Logger }
+
+func (l fastLogger) Printf(format string, args ...any) {
+	l.log.Warn("fasthttp", "message", fmt.Sprintf(format, args...))
+}
