@@ -9,8 +9,17 @@ PKGS  := ./...
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk -F': ' '{ printf "  %-10s %s\n", $$1, $$2 }'
 
-## deps: install what the tests need (PostgreSQL server binaries) when missing
-deps: deps-postgres
+## deps: install what the tests need (PostgreSQL server binaries, curl) when missing
+deps: deps-postgres deps-curl
+
+# curl runs the command edged -dev prints, in the dev-mode test.
+deps-curl:
+	@command -v curl >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing curl (apt-get install curl)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null || \
+		{ echo "could not install curl: run 'sudo apt-get install curl'"; exit 1; }; \
+	else echo "missing curl: run 'sudo apt-get install curl'"; exit 1; fi
 
 # PostgreSQL server binaries: found like durable/durabletest finds them.
 # Installing Debian's package would create and start a "main" cluster; the
@@ -43,9 +52,14 @@ test: deps
 test-race: deps
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
-## bench: the durable benchmarks (Process beside raw pgx, fsync on)
+## bench: the benchmarks (durable beside raw pgx, the handler; fsync on)
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./durable/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./durable/ ./edge/
+
+## fuzz: fuzz the generic channel's parse+verify for FUZZTIME (default 60s)
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzNotify -fuzztime $(FUZZTIME) ./edge/
 
 ## lint: gofmt, go vet and the import-direction check
 lint:
@@ -58,4 +72,4 @@ lint:
 		if [ -n "$$bad" ]; then echo "$$p must not import: $$bad"; exit 1; fi; \
 	done; echo "imports: ok"
 
-.PHONY: help deps deps-postgres run build test test-race bench lint
+.PHONY: help deps deps-postgres deps-curl run build test fuzz test-race bench lint

@@ -45,11 +45,16 @@ type Delivery struct {
 	scratch  []byte   // adapters' decode space (escaped JSON strings, decrypted resources)
 	keys     [][]byte // top-level JSON keys seen, to refuse repeats
 	digestIn []byte   // the digest's preimage
+	macs     [maxSecrets][sha256.Size]byte
 }
+
+// maxSecrets is how many secrets a channel may hold at once (rotation).
+const maxSecrets = 8
 
 // Reset empties d for reuse, keeping its buffers.
 func (d *Delivery) Reset() {
-	*d = Delivery{Key: d.Key[:0], scratch: d.scratch[:0], keys: d.keys[:0], digestIn: d.digestIn[:0]}
+	d.TxnID, d.OrderNo, d.Event, d.Currency, d.Amount = nil, nil, nil, nil, 0
+	d.Key, d.scratch, d.keys, d.digestIn = d.Key[:0], d.scratch[:0], d.keys[:0], d.digestIn[:0]
 }
 
 // Finish computes the key and the digest of the contract from the business

@@ -60,8 +60,8 @@ func NewGeneric(cfg GenericConfig) (*Generic, error) {
 	if !ValidChannelName(cfg.Name) {
 		return nil, fmt.Errorf("channel %q: name must match [a-z0-9_]{1,32}", cfg.Name)
 	}
-	if len(cfg.Secrets) == 0 {
-		return nil, fmt.Errorf("channel %s: %w: none configured", cfg.Name, ErrBadSecret)
+	if len(cfg.Secrets) == 0 || len(cfg.Secrets) > maxSecrets {
+		return nil, fmt.Errorf("channel %s: %w: 1 to %d secrets, got %d", cfg.Name, ErrBadSecret, maxSecrets, len(cfg.Secrets))
 	}
 	g := &Generic{name: cfg.Name, macs: make([]sync.Pool, len(cfg.Secrets)), now: cfg.Now}
 	if g.now == nil {
@@ -95,7 +95,7 @@ func DecodeWebhookSecret(s string) ([]byte, error) {
 
 // Parse authenticates req (401) and parses its body (400).
 func (g *Generic) Parse(req *Request, d *Delivery) *Reject {
-	if rej := g.verify(req); rej != nil {
+	if rej := g.verify(req, d); rej != nil {
 		return rej
 	}
 	if !isMedia(req.ContentType, mediaJSON) {
@@ -108,7 +108,7 @@ func (g *Generic) Parse(req *Request, d *Delivery) *Reject {
 	return nil
 }
 
-func (g *Generic) verify(req *Request) *Reject {
+func (g *Generic) verify(req *Request, d *Delivery) *Reject {
 	id := req.Header.Peek(headerWebhookID)
 	ts := req.Header.Peek(headerWebhookTimestamp)
 	sigs := req.Header.Peek(headerWebhookSignature)
@@ -125,7 +125,7 @@ func (g *Generic) verify(req *Request) *Reject {
 	if d := g.now().Sub(time.Unix(sec, 0)); d > WebhookTolerance || d < -WebhookTolerance {
 		return unauthorized("webhook-timestamp: more than 5 minutes from now")
 	}
-	var sums [8][sha256.Size]byte
+	sums := &d.macs // pooled: a local array would escape through hash.Hash
 	n := min(len(g.macs), len(sums))
 	for i := range n {
 		mac := g.macs[i].Get().(hash.Hash)

@@ -157,6 +157,7 @@ func (s *Server) HandleFastHTTP(ctx *fasthttp.RequestCtx) {
 		s.fail(x, OutcomeBadRequest, "", noSuchPath)
 		x.verdict.HTTP = http.StatusNotFound
 	case !ctx.IsPost():
+		x.req.Channel = path[len(notifyPrefix):] // the metrics label only: unconfigured names count as "unknown"
 		s.fail(x, OutcomeBadRequest, "", methodNotPost)
 		x.verdict.HTTP = http.StatusMethodNotAllowed
 		ctx.Response.Header.SetBytesV(headerAllow, valuePost)
@@ -225,6 +226,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(x, OutcomeBadRequest, "", noSuchPath)
 		x.verdict.HTTP = http.StatusNotFound
 	case r.Method != http.MethodPost:
+		x.req.Channel = []byte(channel)
 		s.fail(x, OutcomeBadRequest, "", methodNotPost)
 		x.verdict.HTTP = http.StatusMethodNotAllowed
 		w.Header().Set(headerAllow, http.MethodPost)

@@ -15,9 +15,13 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 )
 
-// shared is the one cluster of a test binary, started by Main.
+// shared is the one cluster of a test binary, started by the first test
+// that needs it and stopped by Main.
 var shared struct {
+	once     sync.Once
 	cluster  *Cluster
+	err      error
+	durable  bool
 	template sync.Once
 	tmplErr  error
 	create   sync.Mutex // CREATE DATABASE ... TEMPLATE refuses concurrent use of a template
@@ -26,37 +30,40 @@ var shared struct {
 
 const templateDB = "notifyedge_template"
 
-// Main runs the tests of a package against one shared throwaway cluster,
-// started before and removed after them. When benchmarks are selected
-// (-test.bench) the cluster runs with fsync and synchronous_commit on. Call it from TestMain:
+// Main runs the tests of a package and removes the shared throwaway
+// cluster afterwards, if a test started one. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { durabletest.Main(m) }
+//
+// When benchmarks are selected (-test.bench) the cluster runs with fsync
+// and synchronous_commit on. Fuzz workers and tests that need no database
+// never start one.
 func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
 	flag.Parse()
-	// Benchmarks measure a production-like server (fsync and
-	// synchronous_commit on); correctness tests alone run without them.
-	benchmarking := flag.Lookup("test.bench").Value.String() != ""
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	c, err := Start(ctx, Options{TCP: true, Durable: benchmarking})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "durabletest:", err)
-		return 1
+	shared.durable = flag.Lookup("test.bench").Value.String() != ""
+	code := m.Run()
+	if shared.cluster != nil {
+		if err := shared.cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "durabletest:", err)
+		}
 	}
-	defer c.Stop()
-	shared.cluster = c
-	return m.Run()
+	return code
 }
 
-// Shared returns the cluster Main started.
+// Shared returns the test binary's cluster, starting it on first use.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
-	if shared.cluster == nil {
-		t.Fatal("durabletest: no cluster: call durabletest.Main from TestMain")
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		shared.cluster, shared.err = Start(ctx, Options{TCP: true, Durable: shared.durable})
+	})
+	if shared.err != nil {
+		t.Fatalf("durabletest: %v", shared.err)
 	}
 	return shared.cluster
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/notifyedge/notifyedge/edge"
+)
+
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := ParseConfig(nil, []string{"DATABASE_URL=postgres://db/x", "EDGE_SECRET_ACME=" + secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Listen: ":8080", AdminListen: "127.0.0.1:9090", DatabaseURL: "postgres://db/x",
+		Budget: 200 * time.Millisecond, MaxBody: 64 << 10, ResultTTL: 24 * time.Hour, Drain: 10 * time.Second, Relay: true,
+		Channels: []ChannelConfig{{Name: "acme", Kind: "generic", Secrets: []string{secret}}}}
+	if d := cmp.Diff(want, c); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+func TestParseConfigFlagsOverrideEnv(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "secrets")
+	os.WriteFile(file, []byte(secret+" whsec_b2xk\n"), 0o600)
+	c, err := ParseConfig([]string{"-budget", "150ms", "-max-body", "1MiB", "-relay=false"}, []string{
+		"DATABASE_URL=postgres://db/x", "EDGE_BUDGET=1s", "EDGE_MAX_BODY=10KB", "EDGE_LISTEN=:9999",
+		"EDGE_SECRETFILE_PAY_2=" + file, "EDGE_CHANNEL_PAY_2_KIND=generic", "EDGE_ADMIN_TOKEN=tok",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Budget != 150*time.Millisecond || c.MaxBody != 1<<20 || c.Listen != ":9999" || c.Relay || c.AdminToken != "tok" {
+		t.Errorf("got %+v", c)
+	}
+	if d := cmp.Diff([]ChannelConfig{{Name: "pay_2", Kind: "generic", Secrets: []string{secret, "whsec_b2xk"}}}, c.Channels); d != "" {
+		t.Errorf("channels (-want +got):\n%s", d)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	bad := func(env []string, args []string, want string) {
+		t.Helper()
+		_, err := ParseConfig(args, env)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("env %v args %v: err %v, want it to mention %q", env, args, err, want)
+		}
+	}
+	db := "DATABASE_URL=postgres://db/x"
+	bad([]string{"EDGE_SECRET_ACME=" + secret}, nil, "DATABASE_URL")
+	bad([]string{db}, nil, "EDGE_SECRET_")
+	bad([]string{db, "EDGE_SECRET_ACME=" + secret, "EDGE_BUDGET=soon"}, nil, "budget")
+	bad([]string{db, "EDGE_SECRET_ACME=" + secret}, []string{"-max-body", "lots"}, "max-body")
+	bad([]string{db, "EDGE_SECRET_AC-ME=" + secret}, nil, "[a-z0-9_]")
+	bad([]string{db, "EDGE_SECRET_ACME= "}, nil, "no secret")
+	if _, err := newChannel(ChannelConfig{Name: "acme", Kind: "telegraph", Secrets: []string{secret}}); err == nil ||
+		!strings.Contains(err.Error(), "EDGE_CHANNEL_ACME_KIND") {
+		t.Errorf("unknown kind: %v", err)
+	}
+}
+
+// edged sign's headers verify with the edge's own adapter.
+func TestSignVerifies(t *testing.T) {
+	payload := `{"channel_txn_id":"T1","event_type":"PAY_SUCCESS","order_no":"O1","amount":1,"currency":"CNY"}`
+	var out, errs bytes.Buffer
+	if code := runSign([]string{"-secret", secret, "-body", payload, "-id", "msg_fixed"}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	headers := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		headers[k] = v
+	}
+	if headers["webhook-id"] != "msg_fixed" || headers["webhook-timestamp"] == "" {
+		t.Fatalf("headers %v", headers)
+	}
+	want, _ := edge.SignWebhook(secret, "msg_fixed", atoi(headers["webhook-timestamp"]), []byte(payload))
+	if headers["webhook-signature"] != want {
+		t.Errorf("signature %s, want %s", headers["webhook-signature"], want)
+	}
+	out.Reset()
+	if code := runSign([]string{"-secret", secret, "-body", "it's", "-url", "http://x/notify/acme"}, &out, &errs); code != 0 ||
+		!strings.HasPrefix(out.String(), "curl ") || !strings.Contains(out.String(), `--data-raw 'it'\''s'`) {
+		t.Errorf("curl form: %d %s", code, out.String())
+	}
+	if code := runSign([]string{"-body", "x"}, &out, &errs); code == 0 {
+		t.Error("no secret: exit 0")
+	}
+}
+
+func atoi(s string) int64 {
+	var n int64
+	for _, c := range s {
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}

@@ -1,0 +1,250 @@
+package edge_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/edge"
+)
+
+func TestMain(m *testing.M) { durabletest.Main(m) }
+
+const (
+	testSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	otherSecret = "whsec_c2VjcmV0LW9mLWFub3RoZXItY2hhbm5lbA=="
+	adminToken  = "admin-token-for-tests"
+)
+
+// bundle is one test's running edge: a real listener and admin listener on
+// loopback over its own database.
+type bundle struct {
+	url, adminURL string
+	dbURL         string
+	store         *durable.Store
+	db            *pgxpool.Pool
+	server        *edge.Server
+	client        *http.Client
+}
+
+type options struct {
+	budget   time.Duration
+	maxBody  int
+	secrets  []string
+	noTokens bool
+}
+
+func setup(t testing.TB, o options) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	dbURL := durabletest.NewDatabase(t)
+	if o.budget == 0 {
+		o.budget = 2 * time.Second // correctness storms must not flake on a loaded machine
+	}
+	store, err := durable.New(ctx, durable.Config{URL: dbURL, MinConns: 2, StatementTimeout: o.budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	db, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if o.secrets == nil {
+		o.secrets = []string{testSecret}
+	}
+	acme, err := edge.NewGeneric(edge.GenericConfig{Name: "acme", Secrets: o.secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := edge.NewMetrics([]string{"acme"})
+	metrics.RegisterBacklog(store)
+	srv, err := edge.New(edge.Config{Channels: []edge.Channel{acme}, Authority: store, Budget: o.budget, MaxBody: o.maxBody, Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := adminToken
+	if o.noTokens {
+		token = ""
+	}
+	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, Reviews: store, Postgres: store, Metrics: metrics, Draining: srv.Draining})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t)
+	aln := listen(t)
+	go srv.Serve(ln)
+	go admin.Serve(aln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		admin.Shutdown(ctx)
+	})
+	return &bundle{
+		url: "http://" + ln.Addr().String(), adminURL: "http://" + aln.Addr().String(),
+		dbURL: dbURL, store: store, db: db, server: srv,
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
+	}
+}
+
+func listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func (b *bundle) order(t testing.TB, no string, status durable.State, amount int64) {
+	t.Helper()
+	if err := durabletest.SeedOrders(context.Background(), b.dbURL, []durabletest.Order{{No: no, Status: string(status), Amount: amount, Currency: "CNY"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// body is a generic channel body.
+func body(txn, event, orderNo string, amount int64) string {
+	return fmt.Sprintf(`{"channel_txn_id":%q,"event_type":%q,"order_no":%q,"amount":%d,"currency":"CNY"}`, txn, event, orderNo, amount)
+}
+
+// reply is an answer as the channel sees it.
+type reply struct {
+	status   int
+	body     string
+	replayed bool
+	ctype    string
+}
+
+// signed returns headers signed with secret at ts for body.
+func signed(t testing.TB, secret string, ts time.Time, payload string) http.Header {
+	t.Helper()
+	return signedID(t, secret, fmt.Sprintf("msg_%d", time.Now().UnixNano()), ts, payload)
+}
+
+// signedID is signed with a chosen webhook-id.
+func signedID(t testing.TB, secret, id string, ts time.Time, payload string) http.Header {
+	t.Helper()
+	sig, err := edge.SignWebhook(secret, id, ts.Unix(), []byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("webhook-id", id)
+	h.Set("webhook-timestamp", fmt.Sprint(ts.Unix()))
+	h.Set("webhook-signature", sig)
+	return h
+}
+
+func (b *bundle) send(t testing.TB, method, path string, h http.Header, payload string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, b.url+path, strings.NewReader(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, string(got), resp.Header.Get("Idempotent-Replayed") == "true", resp.Header.Get("Content-Type")}
+}
+
+// post delivers payload to channel acme, correctly signed now.
+func (b *bundle) post(t testing.TB, payload string) reply {
+	t.Helper()
+	return b.send(t, http.MethodPost, "/notify/acme", signed(t, testSecret, time.Now(), payload), payload)
+}
+
+// counts is how many rows each table holds: "stores nothing" is "counts
+// unchanged".
+type counts struct{ claims, orders, outbox, reviews int }
+
+func (b *bundle) counts(t testing.TB) counts {
+	t.Helper()
+	var c counts
+	err := b.db.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM notify_claim), (SELECT count(*) FROM biz_order),
+		(SELECT count(*) FROM outbox), (SELECT count(*) FROM notify_review)`).Scan(&c.claims, &c.orders, &c.outbox, &c.reviews)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (b *bundle) count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (b *bundle) status(t testing.TB, orderNo string) string {
+	t.Helper()
+	var s string
+	if err := b.db.QueryRow(context.Background(), `SELECT status FROM biz_order WHERE order_no = $1`, orderNo).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// admin sends an admin request with the given bearer token ("" for none).
+func (b *bundle) admin(t testing.TB, method, path, token, payload string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, b.adminURL+path, strings.NewReader(payload))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if len(bytes.TrimSpace(raw)) > 0 && raw[0] == '{' {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("admin %s: %v: %s", path, err, raw)
+		}
+	}
+	return resp.StatusCode, m
+}
+
+// metric returns the value of one sample line of /metrics (0 if absent).
+func (b *bundle) metric(t testing.TB, sample string) float64 {
+	t.Helper()
+	resp, err := b.client.Get(b.adminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
+
+func strconvFormat(f float64) string { return fmt.Sprintf("%.0f", f) }
