@@ -1,0 +1,157 @@
+package edge_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/edge"
+)
+
+// authorityFunc is a fake of edge's own Authority interface.
+type authorityFunc func(ctx context.Context, n durable.Notification) (durable.Result, error)
+
+func (f authorityFunc) Process(ctx context.Context, n durable.Notification) (durable.Result, error) {
+	return f(ctx, n)
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestPanicIs500AndLogged(t *testing.T) {
+	acme, _ := edge.NewGeneric(edge.GenericConfig{Name: "acme", Secrets: []string{testSecret}})
+	var logs syncBuffer
+	srv, err := edge.New(edge.Config{
+		Channels:  []edge.Channel{acme},
+		Authority: authorityFunc(func(context.Context, durable.Notification) (durable.Result, error) { panic("boom") }),
+		Logger:    slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t)
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	b := &bundle{url: "http://" + ln.Addr().String(), client: http.DefaultClient}
+	got := b.post(t, body("T-p", "PAY_SUCCESS", "O-p", 1))
+	if got.status != 500 || got.body != `{"code":"FAIL","message":"internal error; retry"}` {
+		t.Errorf("got %d %s", got.status, got.body)
+	}
+	if !strings.Contains(logs.String(), `"panic":"boom"`) {
+		t.Errorf("panic not logged: %s", logs.String())
+	}
+	// The server still serves after a panic.
+	if again := b.post(t, body("T-p", "PAY_SUCCESS", "O-p", 1)); again.status != 500 {
+		t.Errorf("after a panic: %d", again.status)
+	}
+}
+
+// pingerFunc is a fake of edge's own Pinger interface.
+type pingerFunc func(context.Context) error
+
+func (f pingerFunc) Ping(ctx context.Context) error { return f(ctx) }
+
+func TestReadyzWhenPostgresIsDown(t *testing.T) {
+	b := setup(t, options{})
+	admin, err := edge.NewAdmin(edge.AdminConfig{Reviews: b.store, Metrics: edge.NewMetrics(nil),
+		Postgres: pingerFunc(func(context.Context) error { return errors.New("connection refused") })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t)
+	go admin.Serve(ln)
+	defer admin.Shutdown(context.Background())
+	resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(raw), `"postgres":"down"`) {
+		t.Errorf("got %d %s", resp.StatusCode, raw)
+	}
+}
+
+// A drain lets the request in flight finish: it waits on a row lock the
+// test releases only after Shutdown has begun.
+func TestShutdownLetsInFlightFinish(t *testing.T) {
+	b := setup(t, options{})
+	b.order(t, "O-g", durable.PendingPay, 1999)
+	ctx := context.Background()
+	tx, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = 'O-g' FOR UPDATE`)
+	answered := make(chan reply, 1)
+	go func() { answered <- b.post(t, body("T-g", "PAY_SUCCESS", "O-g", 1999)) }()
+	for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		shut <- b.server.Shutdown(sctx)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if !b.server.Draining() {
+		t.Error("not draining during Shutdown")
+	}
+	tx.Rollback(ctx)
+	if got := <-answered; got.status != 200 || !strings.Contains(got.body, `"applied"`) {
+		t.Errorf("in-flight request: %d %s", got.status, got.body)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// The net/http adapter runs the same flow: same answers, byte for byte.
+func TestNetHTTPAdapterSameAnswers(t *testing.T) {
+	b := setup(t, options{})
+	b.order(t, "O-h", durable.PendingPay, 1999)
+	hs := httptest.NewServer(b.server)
+	defer hs.Close()
+	nb := &bundle{url: hs.URL, client: hs.Client()}
+	first := nb.post(t, body("T-h", "PAY_SUCCESS", "O-h", 1999))
+	viaFast := b.post(t, body("T-h", "PAY_SUCCESS", "O-h", 1999))
+	if first.status != 200 || first.body != `{"code":"SUCCESS","outcome":"applied","status":"PAID"}` || !viaFast.replayed || viaFast.body != first.body {
+		t.Errorf("net/http %+v, then fasthttp %+v", first, viaFast)
+	}
+	if again := nb.post(t, body("T-h", "PAY_SUCCESS", "O-h", 1999)); !again.replayed || again.body != first.body {
+		t.Errorf("net/http replay %+v", again)
+	}
+	if got := nb.send(t, "GET", "/notify/acme", http.Header{}, ""); got.status != 405 {
+		t.Errorf("GET: %d", got.status)
+	}
+	big := strings.Repeat("x", 70<<10)
+	if got := nb.send(t, "POST", "/notify/acme", signed(t, testSecret, time.Now(), big), big); got.status != 413 {
+		t.Errorf("too large: %d %s", got.status, got.body)
+	}
+}
