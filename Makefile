@@ -9,8 +9,21 @@ PKGS  := ./...
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk -F': ' '{ printf "  %-10s %s\n", $$1, $$2 }'
 
-## deps: install what the tests need (PostgreSQL server binaries, curl) when missing
-deps: deps-postgres deps-curl
+## deps: install what the tests need (PostgreSQL, redis-server, curl) when missing
+deps: deps-postgres deps-redis deps-curl
+
+# redis-server for the cache's integration tests. Debian's package would
+# start a system server on 6379; policy-rc.d stops that during the install
+# (the tests start their own on a free port).
+deps-redis:
+	@command -v redis-server >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing redis-server (apt-get install redis-server)"; \
+		own=0; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own=1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; rc=$$?; \
+		[ $$own = 1 ] && rm -f /usr/sbin/policy-rc.d; \
+		[ $$rc = 0 ] || { echo "could not install redis-server: run 'sudo apt-get install redis-server'"; exit 1; }; \
+	else echo "missing redis-server: run 'sudo apt-get install redis-server'"; exit 1; fi
 
 # curl runs the command edged -dev prints, in the dev-mode test.
 deps-curl:
@@ -72,4 +85,4 @@ lint:
 		if [ -n "$$bad" ]; then echo "$$p must not import: $$bad"; exit 1; fi; \
 	done; echo "imports: ok"
 
-.PHONY: help deps deps-postgres deps-curl run build test fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl run build test fuzz test-race bench lint

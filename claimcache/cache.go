@@ -1,0 +1,329 @@
+package claimcache
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Verdict is what a claim found.
+type Verdict uint8
+
+// The claim verdicts.
+const (
+	// Won: this request now holds a pending entry; it must Complete (after a
+	// committed DONE result) or Abort.
+	Won Verdict = iota + 1
+	// Done: a finished entry with the same digest exists; Response is the
+	// first answer.
+	Done
+	// Mismatch: an entry with another digest exists; Postgres decides
+	// (it records the conflict).
+	Mismatch
+	// Busy: another owner's pending entry with the same digest exists; Wait
+	// for its result.
+	Busy
+)
+
+var verdictNames = [...]string{Won: "won", Done: "done", Mismatch: "mismatch", Busy: "busy"}
+
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) && verdictNames[v] != "" {
+		return verdictNames[v]
+	}
+	return "Verdict(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Digest is the raw SHA-256 of a delivery's business fields.
+type Digest [32]byte
+
+// Token identifies the owner of a pending entry.
+type Token [16]byte
+
+// Result is a claim's outcome.
+type Result struct {
+	Verdict Verdict
+	// Token is the owner token of a Won claim.
+	Token Token
+	// Response is the stored response of a Done verdict. It is a fresh
+	// string from the Redis reply: the caller may keep it.
+	Response string
+}
+
+// ErrBreakerOpen is returned without calling Redis while the breaker is
+// open: go to Postgres.
+var ErrBreakerOpen = errors.New("claimcache: breaker open")
+
+// Client lists the Redis commands the cache uses; redis.UniversalClient
+// (single node or cluster) satisfies it.
+type Client interface {
+	redis.Scripter
+	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
+	Get(ctx context.Context, key string) *redis.StringCmd
+}
+
+// Config configures a Cache. Zero fields take the defaults noted.
+type Config struct {
+	// Client talks to Redis (required). Build it with NewClient: go-redis's
+	// defaults take seconds against a dead server.
+	Client Client
+	// PendingTTL bounds how long a crashed owner's claim blocks others
+	// (default 200ms, the latency budget).
+	PendingTTL time.Duration
+	// ResultTTL is how long a done entry answers duplicates (default 24h).
+	ResultTTL time.Duration
+	// WaitBudget bounds Wait (default 50ms); after it, Postgres answers.
+	WaitBudget time.Duration
+	// BreakerFailures consecutive errors open the breaker (default 5);
+	// BreakerCooldown later a probe may close it (default 1s).
+	BreakerFailures int
+	BreakerCooldown time.Duration
+	// OnError is called with every Redis error or timeout (for a metric).
+	OnError func(error)
+	// OnBreaker is called when the breaker opens (true) or closes (false).
+	OnBreaker func(open bool)
+}
+
+// Cache is the claim-and-result cache. It is safe for concurrent use.
+type Cache struct {
+	client     Client
+	pendingTTL time.Duration
+	resultTTL  time.Duration
+	resultMS   string
+	waitBudget time.Duration
+	onError    func(error)
+	breaker    *breaker
+	node       [8]byte // random per process: owner tokens are node + counter
+	seq        atomic.Uint64
+}
+
+// New returns a Cache for cfg.
+func New(cfg Config) (*Cache, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("claimcache: no Client")
+	}
+	c := &Cache{
+		client:     cfg.Client,
+		pendingTTL: cmp.Or(cfg.PendingTTL, 200*time.Millisecond),
+		resultTTL:  cmp.Or(cfg.ResultTTL, 24*time.Hour),
+		waitBudget: cmp.Or(cfg.WaitBudget, 50*time.Millisecond),
+		onError:    cfg.OnError,
+		breaker:    newBreaker(cmp.Or(cfg.BreakerFailures, 5), cmp.Or(cfg.BreakerCooldown, time.Second), cfg.OnBreaker),
+	}
+	if c.pendingTTL < time.Millisecond || c.resultTTL < time.Millisecond {
+		return nil, errors.New("claimcache: TTLs must be at least 1ms")
+	}
+	c.resultMS = strconv.FormatInt(c.resultTTL.Milliseconds(), 10)
+	if _, err := rand.Read(c.node[:]); err != nil {
+		return nil, fmt.Errorf("claimcache: node id: %w", err)
+	}
+	return c, nil
+}
+
+// NewClient returns a go-redis client for url, tuned for a 200 ms budget:
+// url is redis://[user:pass@]host:port[/db] (or rediss://), or go-redis's
+// cluster form redis://host1:port1?addr=host2:port2. Every call is bounded
+// by callTimeout (socket deadlines and the pool wait), nothing is retried
+// (go-redis retries writes after a timeout, which would re-send a claim),
+// and a dead server fails in about a millisecond.
+func NewClient(url string, callTimeout time.Duration, poolSize int) (redis.UniversalClient, error) {
+	callTimeout = cmp.Or(callTimeout, 25*time.Millisecond)
+	tune := func(dial, read, write, pool *time.Duration, retries, dialRetries, size *int, ctxTimeout *bool) {
+		*dial, *read, *write, *pool = 2*callTimeout, callTimeout, callTimeout, callTimeout
+		*retries, *dialRetries, *ctxTimeout = -1, 1, true
+		if poolSize > 0 {
+			*size = poolSize
+		}
+	}
+	if bytes.Contains([]byte(url), []byte("addr=")) {
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("claimcache: parse cluster url: %w", err)
+		}
+		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.ContextTimeoutEnabled)
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("claimcache: parse url: %w", err)
+	}
+	tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.ContextTimeoutEnabled)
+	return redis.NewClient(o), nil
+}
+
+// bufs are scratch buffers for keys and values.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+const (
+	keyPrefix  = "ne:{"
+	keySuffix  = "}"
+	kindDone   = 'D'
+	kindPend   = 'P'
+	headerSize = 1 + len(Digest{})
+)
+
+// redisKey is the entry's key for an idempotency key.
+func redisKey(key []byte) string {
+	return keyPrefix + string(key) + keySuffix
+}
+
+func (c *Cache) newToken() Token {
+	var t Token
+	copy(t[:8], c.node[:])
+	binary.BigEndian.PutUint64(t[8:], c.seq.Add(1))
+	return t
+}
+
+func pendingValue(dst []byte, d Digest, t Token) []byte {
+	dst = append(dst, kindPend)
+	dst = append(dst, d[:]...)
+	return append(dst, t[:]...)
+}
+
+// call runs f against Redis unless the breaker is open, and feeds the
+// breaker and OnError with its outcome (redis.Nil is an answer, not an error).
+func (c *Cache) call(f func() error) error {
+	if !c.breaker.allow() {
+		return ErrBreakerOpen
+	}
+	err := f()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	c.breaker.record(err)
+	if err != nil && c.onError != nil {
+		c.onError(err)
+	}
+	return err
+}
+
+// Claim claims key for a delivery with digest d, or finds what is there, in
+// one round trip (SET NX GET). key is read during the call only.
+func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error) {
+	tok := c.newToken()
+	bp := bufs.Get().(*[]byte)
+	defer bufs.Put(bp)
+	*bp = pendingValue((*bp)[:0], d, tok)
+	var old string
+	var found bool
+	err := c.call(func() error {
+		cmd := c.client.SetArgs(ctx, redisKey(key), *bp, redis.SetArgs{Mode: "NX", Get: true, TTL: c.pendingTTL})
+		v, err := cmd.Result()
+		if err == nil {
+			old, found = v, true
+		}
+		return err
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("claim: %w", err)
+	}
+	if !found {
+		return Result{Verdict: Won, Token: tok}, nil
+	}
+	r := classify(old, d)
+	if r.Verdict == Busy && old[headerSize:] == string(tok[:]) {
+		return Result{Verdict: Won, Token: tok}, nil // our own write, seen again
+	}
+	return r, nil
+}
+
+// classify reads an existing entry against digest d.
+func classify(v string, d Digest) Result {
+	if len(v) < headerSize || v[1:headerSize] != string(d[:]) {
+		return Result{Verdict: Mismatch}
+	}
+	if v[0] == kindDone {
+		return Result{Verdict: Done, Response: v[headerSize:]}
+	}
+	var t Token
+	copy(t[:], v[headerSize:])
+	return Result{Verdict: Busy, Token: t}
+}
+
+// Wait polls a Busy key (1 ms, doubling, within WaitBudget and ctx) until
+// the owner's result is there (Done), another digest is (Mismatch), or the
+// owner is gone or slow (Busy: go to Postgres, which blocks on its unique
+// index and replays).
+func (c *Cache) Wait(ctx context.Context, key []byte, d Digest) (Result, error) {
+	deadline := time.Now().Add(c.waitBudget)
+	rk := redisKey(key)
+	for pause := time.Millisecond; ; pause = min(2*pause, 16*time.Millisecond) {
+		if time.Until(deadline) < pause {
+			return Result{Verdict: Busy}, nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Result{Verdict: Busy}, nil
+		case <-t.C:
+		}
+		var v string
+		var found bool
+		err := c.call(func() error {
+			s, err := c.client.Get(ctx, rk).Result()
+			v, found = s, err == nil
+			return err
+		})
+		if err != nil {
+			return Result{}, fmt.Errorf("wait: %w", err)
+		}
+		if !found {
+			return Result{Verdict: Busy}, nil // the owner aborted or expired
+		}
+		if r := classify(v, d); r.Verdict != Busy {
+			return r, nil
+		}
+	}
+}
+
+// Complete stores response as the key's answer, unless a done entry exists
+// (the first answer is never replaced). Call it only after Postgres
+// committed a DONE result for (key, d).
+func (c *Cache) Complete(ctx context.Context, key []byte, d Digest, response []byte) error {
+	bp := bufs.Get().(*[]byte)
+	defer bufs.Put(bp)
+	v := append((*bp)[:0], kindDone)
+	v = append(v, d[:]...)
+	v = append(v, response...)
+	*bp = v
+	err := c.call(func() error {
+		return completeScript.Run(ctx, c.client, []string{redisKey(key)}, v, c.resultMS).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("complete: %w", err)
+	}
+	return nil
+}
+
+// Abort deletes the key if it still holds this owner's pending entry.
+func (c *Cache) Abort(ctx context.Context, key []byte, d Digest, t Token) error {
+	bp := bufs.Get().(*[]byte)
+	defer bufs.Put(bp)
+	*bp = pendingValue((*bp)[:0], d, t)
+	err := c.call(func() error {
+		return abortScript.Run(ctx, c.client, []string{redisKey(key)}, *bp).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("abort: %w", err)
+	}
+	return nil
+}
+
+// State is "ok", or "degraded" while the breaker is open.
+func (c *Cache) State() string {
+	if c.breaker.isOpen() {
+		return "degraded"
+	}
+	return "ok"
+}

@@ -1,0 +1,280 @@
+package claimcache_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/notifyedge/notifyedge/claimcache"
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+)
+
+// backend is one Redis the suite runs against.
+type backend struct {
+	name string
+	url  func(t *testing.T) string
+	// advance lets TTLs pass: FastForward on miniredis, sleeping on Redis.
+	advance func(d time.Duration)
+}
+
+var realRedis struct {
+	once sync.Once
+	srv  *claimcachetest.Server
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if realRedis.srv != nil {
+		realRedis.srv.Stop()
+	}
+	os.Exit(code)
+}
+
+func backends(t *testing.T) []backend {
+	var mini *miniredis.Miniredis
+	return []backend{
+		{
+			name: "miniredis",
+			url: func(t *testing.T) string {
+				mini = miniredis.RunT(t)
+				return "redis://" + mini.Addr()
+			},
+			advance: func(d time.Duration) { mini.FastForward(d) },
+		},
+		{
+			name: "redis-server",
+			url: func(t *testing.T) string {
+				realRedis.once.Do(func() { realRedis.srv, realRedis.err = claimcachetest.Start() })
+				if realRedis.err != nil {
+					t.Fatal(realRedis.err)
+				}
+				return realRedis.srv.URL()
+			},
+			advance: func(d time.Duration) { time.Sleep(d) },
+		},
+	}
+}
+
+var keySeq int
+
+// newKey is a key of the test's own: tests never flush a shared server.
+func newKey(t *testing.T) []byte {
+	keySeq++
+	return fmt.Appendf(nil, "test:%s:%d:%d", t.Name(), time.Now().UnixNano(), keySeq)
+}
+
+func digest(s string) claimcache.Digest { return sha256.Sum256([]byte(s)) }
+
+func newCache(t *testing.T, url string, cfg claimcache.Config) *claimcache.Cache {
+	t.Helper()
+	client, err := claimcache.NewClient(url, 100*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cfg.Client = client
+	c, err := claimcache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The conformance suite: the same cases against miniredis and redis-server.
+func TestCacheConformance(t *testing.T) {
+	ctx := context.Background()
+	for _, be := range backends(t) {
+		t.Run(be.name, func(t *testing.T) {
+			url := be.url(t)
+			c := newCache(t, url, claimcache.Config{PendingTTL: 300 * time.Millisecond, ResultTTL: 600 * time.Millisecond, WaitBudget: 150 * time.Millisecond})
+			a, b := digest("a"), digest("b")
+			claim := func(key []byte, d claimcache.Digest) claimcache.Result {
+				t.Helper()
+				r, err := c.Claim(ctx, key, d)
+				if err != nil {
+					t.Fatalf("Claim: %v", err)
+				}
+				return r
+			}
+
+			t.Run("every claim verdict", func(t *testing.T) {
+				k := newKey(t)
+				won := claim(k, a)
+				if won.Verdict != claimcache.Won {
+					t.Fatalf("first claim %v, want won", won.Verdict)
+				}
+				if r := claim(k, a); r.Verdict != claimcache.Busy {
+					t.Errorf("same digest while pending: %v, want busy", r.Verdict)
+				}
+				if r := claim(k, b); r.Verdict != claimcache.Mismatch {
+					t.Errorf("other digest while pending: %v, want mismatch", r.Verdict)
+				}
+				if err := c.Complete(ctx, k, a, []byte("first answer")); err != nil {
+					t.Fatal(err)
+				}
+				if r := claim(k, a); r.Verdict != claimcache.Done || r.Response != "first answer" {
+					t.Errorf("after complete: %v %q, want done with the answer", r.Verdict, r.Response)
+				}
+				if r := claim(k, b); r.Verdict != claimcache.Mismatch {
+					t.Errorf("other digest when done: %v, want mismatch", r.Verdict)
+				}
+			})
+
+			t.Run("complete never overwrites a done entry", func(t *testing.T) {
+				k := newKey(t)
+				claim(k, a)
+				c.Complete(ctx, k, a, []byte("one"))
+				if err := c.Complete(ctx, k, a, []byte("two")); err != nil {
+					t.Fatal(err)
+				}
+				if r := claim(k, a); r.Response != "one" {
+					t.Errorf("got %q, want the first answer", r.Response)
+				}
+			})
+
+			t.Run("abort deletes only its own pending entry", func(t *testing.T) {
+				k := newKey(t)
+				mine := claim(k, a)
+				var other claimcache.Token
+				other[0] = 0xff
+				if err := c.Abort(ctx, k, a, other); err != nil {
+					t.Fatal(err)
+				}
+				if r := claim(k, a); r.Verdict != claimcache.Busy {
+					t.Fatalf("after a stranger's abort: %v, want still busy", r.Verdict)
+				}
+				if err := c.Abort(ctx, k, a, mine.Token); err != nil {
+					t.Fatal(err)
+				}
+				if r := claim(k, a); r.Verdict != claimcache.Won {
+					t.Errorf("after own abort: %v, want won", r.Verdict)
+				}
+				// Abort after Complete must not delete the done entry.
+				k2 := newKey(t)
+				w := claim(k2, a)
+				c.Complete(ctx, k2, a, []byte("kept"))
+				c.Abort(ctx, k2, a, w.Token)
+				if r := claim(k2, a); r.Verdict != claimcache.Done {
+					t.Errorf("abort removed a done entry: %v", r.Verdict)
+				}
+			})
+
+			t.Run("pending and result TTLs expire", func(t *testing.T) {
+				k := newKey(t)
+				claim(k, a)
+				be.advance(400 * time.Millisecond)
+				if r := claim(k, b); r.Verdict != claimcache.Won {
+					t.Errorf("after the pending TTL: %v, want won", r.Verdict)
+				}
+				c.Complete(ctx, k, b, []byte("x"))
+				be.advance(700 * time.Millisecond)
+				if r := claim(k, a); r.Verdict != claimcache.Won {
+					t.Errorf("after the result TTL: %v, want won", r.Verdict)
+				}
+			})
+
+			t.Run("wait sees the owner's result, or gives up", func(t *testing.T) {
+				if be.name == "miniredis" {
+					t.Skip("Wait polls on the wall clock; miniredis TTLs do not tick")
+				}
+				k := newKey(t)
+				claim(k, a)
+				go func() {
+					time.Sleep(20 * time.Millisecond)
+					c.Complete(ctx, k, a, []byte("owner's"))
+				}()
+				r, err := c.Wait(ctx, k, a)
+				if err != nil || r.Verdict != claimcache.Done || r.Response != "owner's" {
+					t.Errorf("Wait: %v %q %v, want done", r.Verdict, r.Response, err)
+				}
+				k2 := newKey(t)
+				claim(k2, a)
+				start := time.Now()
+				r, err = c.Wait(ctx, k2, a)
+				if err != nil || r.Verdict != claimcache.Busy {
+					t.Errorf("Wait on a stuck owner: %v %v, want busy", r.Verdict, err)
+				}
+				if d := time.Since(start); d > time.Second {
+					t.Errorf("Wait took %v with a 150ms budget", d)
+				}
+			})
+		})
+	}
+}
+
+// A dead Redis fails fast, then the breaker stops calls; a probe after the
+// cooldown closes it once Redis is back.
+func TestBreaker(t *testing.T) {
+	ctx := context.Background()
+	mini := miniredis.RunT(t)
+	var opened, closed int
+	var errs int
+	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{
+		BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond,
+		OnError: func(error) { errs++ },
+		OnBreaker: func(open bool) {
+			if open {
+				opened++
+			} else {
+				closed++
+			}
+		},
+	})
+	k := newKey(t)
+	mini.SetError("LOADING simulated failure")
+	for i := range 3 {
+		if _, err := c.Claim(ctx, k, digest("a")); err == nil || errors.Is(err, claimcache.ErrBreakerOpen) {
+			t.Fatalf("call %d: %v, want a Redis error", i, err)
+		}
+	}
+	if _, err := c.Claim(ctx, k, digest("a")); !errors.Is(err, claimcache.ErrBreakerOpen) {
+		t.Fatalf("after 3 failures: %v, want ErrBreakerOpen", err)
+	}
+	if c.State() != "degraded" || opened != 1 || errs != 3 {
+		t.Errorf("state %s opened %d errors %d", c.State(), opened, errs)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if _, err := c.Claim(ctx, k, digest("a")); err == nil || errors.Is(err, claimcache.ErrBreakerOpen) {
+		t.Fatalf("probe while still failing: %v, want the Redis error", err)
+	}
+	if _, err := c.Claim(ctx, k, digest("a")); !errors.Is(err, claimcache.ErrBreakerOpen) {
+		t.Fatalf("after a failed probe: %v, want open again", err)
+	}
+	mini.SetError("")
+	time.Sleep(150 * time.Millisecond)
+	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Won {
+		t.Fatalf("probe after recovery: %v %v", r.Verdict, err)
+	}
+	if c.State() != "ok" || closed != 1 {
+		t.Errorf("state %s closed %d", c.State(), closed)
+	}
+}
+
+// Against a server that is gone, a call costs about a connect failure, not
+// go-redis's default seconds of retries.
+func TestDeadRedisFailsFast(t *testing.T) {
+	srv, err := claimcachetest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL()
+	srv.Stop()
+	c := newCache(t, url, claimcache.Config{BreakerFailures: 1000})
+	start := time.Now()
+	for range 10 {
+		if _, err := c.Claim(context.Background(), newKey(t), digest("a")); err == nil {
+			t.Fatal("claim against a dead server succeeded")
+		}
+	}
+	if d := time.Since(start) / 10; d > 150*time.Millisecond {
+		t.Errorf("a call against a dead server took %v on average", d)
+	}
+}

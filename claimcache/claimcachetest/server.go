@@ -1,0 +1,143 @@
+// Package claimcachetest runs a real redis-server for tests and benches: on
+// a free loopback port, as a direct child of this process (killed with it),
+// without persistence, stopped by PID.
+package claimcachetest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrNoServer is returned when redis-server is not installed.
+var ErrNoServer = errors.New("redis-server not found: install it with 'apt-get install redis-server'")
+
+// Server is one running redis-server.
+type Server struct {
+	port   int
+	args   []string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Start runs redis-server on a free 127.0.0.1 port with the extra
+// "--name value" arguments given, and returns once it answers PING.
+func Start(extra ...string) (*Server, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &Server{port: port, args: append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--protected-mode", "no", "--loglevel", "warning",
+	}, extra...)}
+	if err := s.start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) start() error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return ErrNoServer
+	}
+	cmd := exec.Command(bin, s.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	exited := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		// Pdeathsig follows the forking thread: keep it for the child's life.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(exited)
+			return
+		}
+		started <- nil
+		cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if s.ping() == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("redis-server exited at start")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return errors.New("redis-server did not answer PING within 10 s")
+}
+
+// ping sends an inline PING.
+func (s *Server) ping() error {
+	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("ping: %q %v", line, err)
+	}
+	return nil
+}
+
+// Addr is host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// URL is the redis:// URL of the server.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Kill stops the server at once (SIGKILL): a crash, not a shutdown.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Restart starts the server again on the same port, empty (there is no
+// persistence): what a crashed Redis comes back as.
+func (s *Server) Restart(ctx context.Context) error {
+	s.Kill()
+	var err error
+	for ctx.Err() == nil {
+		if err = s.start(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // the port may linger briefly
+	}
+	return fmt.Errorf("restart redis-server: %w (%w)", ctx.Err(), err)
+}
+
+// Stop kills the server; safe to call more than once.
+func (s *Server) Stop() { s.Kill() }
