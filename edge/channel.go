@@ -41,6 +41,8 @@ type Delivery struct {
 	// SHA-256 of the business fields; Finish computes both.
 	Key    []byte
 	Digest [64]byte
+	// Sum is the raw digest (the cache's form).
+	Sum [sha256.Size]byte
 
 	scratch  []byte   // adapters' decode space (escaped JSON strings, decrypted resources)
 	keys     [][]byte // top-level JSON keys seen, to refuse repeats
@@ -81,8 +83,8 @@ func (d *Delivery) Finish(ch string) {
 	in = append(in, '\n')
 	in = append(in, d.Currency...)
 	d.digestIn = in
-	sum := sha256.Sum256(in)
-	hex.Encode(d.Digest[:], sum[:])
+	d.Sum = sha256.Sum256(in)
+	hex.Encode(d.Digest[:], d.Sum[:])
 }
 
 // Reject is an adapter's refusal of a request: a 4xx answer that stores

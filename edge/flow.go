@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
 )
 
@@ -14,6 +15,16 @@ import (
 // *durable.Store satisfies it.
 type Authority interface {
 	Process(ctx context.Context, n durable.Notification) (durable.Result, error)
+}
+
+// Cache is the claim-and-result cache in front of the authority: an
+// accelerator, never the authority. *claimcache.Cache satisfies it.
+type Cache interface {
+	Claim(ctx context.Context, key []byte, d claimcache.Digest) (claimcache.Result, error)
+	Wait(ctx context.Context, key []byte, d claimcache.Digest) (claimcache.Result, error)
+	Complete(ctx context.Context, key []byte, d claimcache.Digest, response []byte) error
+	Abort(ctx context.Context, key []byte, d claimcache.Digest, t claimcache.Token) error
+	State() string
 }
 
 // exchange is one request's pooled state: the transport fills req, the flow
@@ -31,6 +42,7 @@ type exchange struct {
 	channel  Channel // nil for an unknown channel or path
 	review   durable.ReviewReason
 	err      error
+	cached   []byte // the answer as the cache stores it
 }
 
 var exchanges = sync.Pool{New: func() any { return &exchange{body: make([]byte, 0, 256)} }}
@@ -39,7 +51,7 @@ func getExchange() *exchange { return exchanges.Get().(*exchange) }
 
 func putExchange(x *exchange) {
 	x.d.Reset()
-	*x = exchange{d: x.d, body: x.body[:0]}
+	*x = exchange{d: x.d, body: x.body[:0], cached: x.cached[:0]}
 	exchanges.Put(x)
 }
 
@@ -57,22 +69,33 @@ func (s *Server) decide(start time.Time, x *exchange) {
 		s.fail(x, rej.Outcome, "", rej.Message)
 		return
 	}
-	event, _ := durable.ParseChannelEvent(x.d.Event)
-	n := durable.Notification{
-		BizKey:   string(x.d.Key),
-		OrderNo:  string(x.d.OrderNo),
-		Event:    event,
-		Amount:   x.d.Amount,
-		Currency: string(x.d.Currency),
-		Digest:   string(x.d.Digest[:]),
-		RawBody:  x.req.Body,
+	// The cache answers hot duplicates; Won, Mismatch, a slow owner and any
+	// Redis failure go on to Postgres.
+	var owned claimcache.Result
+	cacheUp := false
+	if s.cache != nil {
+		r, err := s.cache.Claim(context.Background(), x.d.Key, x.d.Sum) // bounded by the client's call timeout
+		if err == nil && r.Verdict == claimcache.Busy {
+			wctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
+			r, err = s.cache.Wait(wctx, x.d.Key, x.d.Sum)
+			cancel()
+		}
+		if err == nil {
+			cacheUp = true
+			switch r.Verdict {
+			case claimcache.Done:
+				if s.replayCached(x, r.Response) {
+					return
+				}
+			case claimcache.Won:
+				owned = r
+			}
+		}
 	}
-	x.path = PathDurable
-	// The durable step gets what is left of the budget, less a margin to
-	// write the answer: past it the answer is 503 and the channel retries.
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
-	res, err := s.authority.Process(ctx, n)
-	cancel()
+	res, err := s.process(start, x)
+	if owned.Verdict == claimcache.Won && (err != nil || !res.Outcome.Done()) {
+		_ = s.cache.Abort(context.Background(), x.d.Key, x.d.Sum, owned.Token) // the pending TTL backstops a failure
+	}
 	if err != nil {
 		x.err = err
 		msg := "temporarily unavailable; retry"
@@ -93,6 +116,11 @@ func (s *Server) decide(start time.Time, x *exchange) {
 		}
 		x.verdict = doneVerdict(res.Outcome, res.Status)
 		x.body, x.ctype = ch.Render(x.body[:0], &x.verdict)
+		if cacheUp {
+			// Committed: from now on the cache may answer with these bytes.
+			x.cached = encodeCached(x.cached[:0], x.verdict.HTTP, x.ctype, x.body)
+			_ = s.cache.Complete(context.Background(), x.d.Key, x.d.Sum, x.cached)
+		}
 		return
 	}
 	var status durable.State
@@ -100,6 +128,49 @@ func (s *Server) decide(start time.Time, x *exchange) {
 		status = res.Status // tells the channel what the payment has not reached yet
 	}
 	s.fail(x, resultOutcome(res.Outcome), status, resultMessages[res.Outcome])
+}
+
+// process asks the authority, under what is left of the budget less a
+// margin to write the answer: past it the answer is 503 and the channel
+// retries.
+func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
+	event, _ := durable.ParseChannelEvent(x.d.Event)
+	n := durable.Notification{
+		BizKey:   string(x.d.Key),
+		OrderNo:  string(x.d.OrderNo),
+		Event:    event,
+		Amount:   x.d.Amount,
+		Currency: string(x.d.Currency),
+		Digest:   string(x.d.Digest[:]),
+		RawBody:  x.req.Body,
+	}
+	x.path = PathDurable
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
+	defer cancel()
+	return s.authority.Process(ctx, n)
+}
+
+// The cache stores an answer as status (2 bytes) | content-type length (1)
+// | content type | body: what the transport writes, byte for byte.
+func encodeCached(dst []byte, status int, ctype string, body []byte) []byte {
+	dst = append(dst, byte(status>>8), byte(status), byte(len(ctype)))
+	dst = append(dst, ctype...)
+	return append(dst, body...)
+}
+
+// replayCached sets the answer from a cache entry (false if it is not one
+// this build wrote: then Postgres answers).
+func (s *Server) replayCached(x *exchange, v string) bool {
+	if len(v) < 3 || len(v) < 3+int(v[2]) {
+		return false
+	}
+	n := 3 + int(v[2])
+	x.verdict.HTTP = int(v[0])<<8 | int(v[1])
+	x.verdict.Success = true
+	x.ctype = v[3:n]
+	x.body = append(x.body[:0], v[n:]...)
+	x.outcome, x.path, x.replayed = OutcomeReplayedCache, PathCache, true
+	return true
 }
 
 // fail sets a FAIL answer, rendered by the channel's adapter when the

@@ -25,6 +25,8 @@ type Config struct {
 	Channels []Channel
 	// Authority decides deliveries (required).
 	Authority Authority
+	// Cache answers hot duplicates (nil: off, Postgres answers everything).
+	Cache Cache
 	// Budget is the latency budget from request read to response written
 	// (default 200ms).
 	Budget time.Duration
@@ -45,6 +47,7 @@ type Config struct {
 type Server struct {
 	channels      map[string]Channel
 	authority     Authority
+	cache         Cache
 	budget        time.Duration
 	durableBudget time.Duration
 	maxBody       int
@@ -66,6 +69,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		channels:  make(map[string]Channel, len(cfg.Channels)),
 		authority: cfg.Authority,
+		cache:     cfg.Cache,
 		budget:    cmp.Or(cfg.Budget, 200*time.Millisecond),
 		maxBody:   cmp.Or(cfg.MaxBody, 64<<10),
 		log:       cmp.Or(cfg.Logger, slog.Default()),

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
 )
@@ -25,7 +27,7 @@ type devState struct {
 }
 
 // startDev gives -dev its throwaway parts: a local Postgres unless
-// DATABASE_URL is set, the demo channel unless channels are configured, and
+// DATABASE_URL is set, an in-process Redis unless REDIS_URL is, the demo channel unless channels are configured, and
 // an admin token unless EDGE_ADMIN_TOKEN is set.
 func (m *Main) startDev(ctx context.Context) error {
 	cfg := &m.Config
@@ -36,6 +38,14 @@ func (m *Main) startDev(ctx context.Context) error {
 		}
 		m.cluster = c
 		cfg.DatabaseURL = c.URL("postgres")
+	}
+	if cfg.RedisURL == "" {
+		mini, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("dev redis: %w", err)
+		}
+		m.mini = mini
+		cfg.RedisURL = "redis://" + mini.Addr()
 	}
 	if len(cfg.Channels) == 0 {
 		key := make([]byte, 24)
@@ -76,7 +86,11 @@ func (m *Main) printDevBanner() {
 		fmt.Fprintf(w, "  postgres: throwaway cluster in %s (removed on exit)\n", m.cluster.Dir())
 		fmt.Fprintf(w, "  orders:   %s .. %s, PENDING_PAY, %d %s\n", devOrderNo(1), devOrderNo(devOrders), devAmount, devCurrency)
 	}
-	fmt.Fprintln(w, "  redis:    off in this build (Postgres answers every duplicate)")
+	if m.mini != nil {
+		fmt.Fprintln(w, "  redis:    in-process (miniredis), answers hot duplicates")
+	} else {
+		fmt.Fprintln(w, "  redis:    REDIS_URL")
+	}
 	fmt.Fprintf(w, "  admin:    http://%s (/metrics, /readyz, /review with Authorization: Bearer %s)\n", dialAddr(m.AdminAddr()), m.Config.AdminToken)
 	if m.dev.secret == "" {
 		return

@@ -19,6 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
@@ -65,6 +69,9 @@ type Main struct {
 	Logger *slog.Logger
 
 	cluster *durabletest.Cluster
+	mini    *miniredis.Miniredis
+	redis   redis.UniversalClient
+	cache   *claimcache.Cache
 	store   *durable.Store
 	server  *edge.Server
 	admin   *edge.Admin
@@ -80,6 +87,7 @@ var (
 	_ edge.ReviewQueue = (*durable.Store)(nil)
 	_ edge.Pinger      = (*durable.Store)(nil)
 	_ edge.Backlog     = (*durable.Store)(nil)
+	_ edge.Cache       = (*claimcache.Cache)(nil)
 )
 
 // NewMain returns a Main for cfg, logging JSON to stderr.
@@ -129,9 +137,18 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	metrics := edge.NewMetrics(names)
 	metrics.RegisterBacklog(m.store)
+	var cache edge.Cache
+	redisState := func() string { return "off" }
+	if cfg.RedisURL != "" {
+		if err := m.openCache(metrics); err != nil {
+			return err
+		}
+		cache, redisState = m.cache, m.cache.State
+	}
 	m.server, err = edge.New(edge.Config{
 		Channels:  channels,
 		Authority: m.store,
+		Cache:     cache,
 		Budget:    cfg.Budget,
 		MaxBody:   cfg.MaxBody,
 		Metrics:   metrics,
@@ -141,12 +158,13 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.admin, err = edge.NewAdmin(edge.AdminConfig{
-		Token:    cfg.AdminToken,
-		Reviews:  m.store,
-		Postgres: m.store,
-		Metrics:  metrics,
-		Draining: m.server.Draining,
-		Logger:   m.Logger,
+		Token:      cfg.AdminToken,
+		Reviews:    m.store,
+		Postgres:   m.store,
+		Metrics:    metrics,
+		Draining:   m.server.Draining,
+		RedisState: redisState,
+		Logger:     m.Logger,
 	})
 	if err != nil {
 		return err
@@ -160,11 +178,41 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { m.failed <- m.server.Serve(m.ln) }()
 	go func() { m.failed <- m.admin.Serve(m.adminLn) }()
 	m.Logger.Info("edged listening", "listen", m.ln.Addr().String(), "admin", m.adminLn.Addr().String(),
-		"channels", names, "budget", cfg.Budget.String(), "cache", "off", "relay", "off")
+		"channels", names, "budget", cfg.Budget.String(), "cache", redisState(), "relay", "off")
 	if cfg.Dev {
 		m.printDevBanner()
 	}
 	return nil
+}
+
+// openCache connects the claim cache to REDIS_URL. Each Redis call is
+// bounded well inside the budget; the pending TTL is the budget itself (no
+// legitimate owner takes longer).
+func (m *Main) openCache(metrics *edge.Metrics) error {
+	cfg := m.Config
+	callTimeout := min(25*time.Millisecond, cfg.Budget/8)
+	client, err := claimcache.NewClient(cfg.RedisURL, callTimeout, 128)
+	if err != nil {
+		return err
+	}
+	m.redis = client
+	m.cache, err = claimcache.New(claimcache.Config{
+		Client:     client,
+		PendingTTL: cfg.Budget,
+		ResultTTL:  cfg.ResultTTL,
+		WaitBudget: cfg.Budget / 4,
+		OnError:    func(error) { metrics.CacheErrors.Inc() },
+		OnBreaker: func(open bool) {
+			if open {
+				metrics.BreakerOpen.Set(1)
+				m.Logger.Warn("cache breaker open: Postgres answers every request until Redis is back")
+			} else {
+				metrics.BreakerOpen.Set(0)
+				m.Logger.Info("cache breaker closed")
+			}
+		},
+	})
+	return err
 }
 
 // Addr returns the public listener's address (after Run).
@@ -202,6 +250,12 @@ func (m *Main) Close() error {
 	}
 	if m.store != nil {
 		m.store.Close()
+	}
+	if m.redis != nil {
+		m.redis.Close()
+	}
+	if m.mini != nil {
+		m.mini.Close()
 	}
 	if m.cluster != nil {
 		if err := m.cluster.Stop(); err != nil {

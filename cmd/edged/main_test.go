@@ -77,7 +77,7 @@ func TestDevModePrintedCurlWorks(t *testing.T) {
 	if _, err := os.Stat(dataDir); err != nil {
 		t.Fatalf("data dir %s: %v", dataDir, err)
 	}
-	for i, want := range []string{"", "Idempotent-Replayed: true"} {
+	for i, want := range []string{"", "Idempotent-Replayed: true", "Idempotent-Replayed: true"} {
 		out, err := exec.Command("sh", "-c", curl).CombinedOutput()
 		if err != nil {
 			t.Fatalf("curl %d: %v\n%s", i+1, err, out)
