@@ -48,6 +48,9 @@ type Config struct {
 	LockTimeout time.Duration
 	// IdleInTxTimeout ends a transaction its client abandoned (default 10s).
 	IdleInTxTimeout time.Duration
+	// Tracer, if set, traces every query of the pool (e.g. to count
+	// statements in tests).
+	Tracer pgx.QueryTracer
 	// NoMigrate skips migrations in New (for nodes that must not change the
 	// schema; the schema must then be current).
 	NoMigrate bool
@@ -89,6 +92,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	pc.MaxConns, pc.MinConns = cfg.MaxConns, cfg.MinConns
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
+	}
 	rp := pc.ConnConfig.RuntimeParams
 	rp["statement_timeout"] = ms(cfg.StatementTimeout)
 	rp["lock_timeout"] = ms(cfg.LockTimeout)

@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,11 +10,15 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/notifyedge/notifyedge/claimcache"
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
@@ -32,6 +37,9 @@ const (
 type bundle struct {
 	url, adminURL string
 	dbURL         string
+	redis         *claimcachetest.Server
+	cache         *claimcache.Cache
+	queries       *queryCounter
 	store         *durable.Store
 	db            *pgxpool.Pool
 	server        *edge.Server
@@ -43,16 +51,28 @@ type options struct {
 	maxBody  int
 	secrets  []string
 	noTokens bool
+	// cache starts a redis-server of the test's own and puts the claim
+	// cache in front of Postgres.
+	cache      bool
+	pendingTTL time.Duration
+	wrapCache  func(edge.Cache) edge.Cache
+	// dbURL shares another bundle's database (two nodes).
+	dbURL string
+	redis *claimcachetest.Server
 }
 
 func setup(t testing.TB, o options) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	dbURL := durabletest.NewDatabase(t)
+	dbURL := o.dbURL
+	if dbURL == "" {
+		dbURL = durabletest.NewDatabase(t)
+	}
 	if o.budget == 0 {
 		o.budget = 2 * time.Second // correctness storms must not flake on a loaded machine
 	}
-	store, err := durable.New(ctx, durable.Config{URL: dbURL, MinConns: 2, StatementTimeout: o.budget})
+	queries := &queryCounter{}
+	store, err := durable.New(ctx, durable.Config{URL: dbURL, MinConns: 2, StatementTimeout: o.budget, Tracer: queries})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +91,39 @@ func setup(t testing.TB, o options) *bundle {
 	}
 	metrics := edge.NewMetrics([]string{"acme"})
 	metrics.RegisterBacklog(store)
-	srv, err := edge.New(edge.Config{Channels: []edge.Channel{acme}, Authority: store, Budget: o.budget, MaxBody: o.maxBody, Metrics: metrics})
+	var cache *claimcache.Cache
+	var ecache edge.Cache
+	redisSrv := o.redis
+	redisState := func() string { return "off" }
+	if o.cache || redisSrv != nil {
+		if redisSrv == nil {
+			if redisSrv, err = claimcachetest.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(redisSrv.Stop)
+		}
+		client, err := claimcache.NewClient(redisSrv.URL(), 25*time.Millisecond, 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		cache, err = claimcache.New(claimcache.Config{
+			Client: client, PendingTTL: cmp.Or(o.pendingTTL, o.budget), WaitBudget: 50 * time.Millisecond,
+			BreakerCooldown: 200 * time.Millisecond,
+			OnError:         func(error) { metrics.CacheErrors.Inc() },
+			OnBreaker: func(open bool) {
+				metrics.BreakerOpen.Set(map[bool]float64{true: 1, false: 0}[open])
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ecache, redisState = cache, cache.State
+		if o.wrapCache != nil {
+			ecache = o.wrapCache(cache)
+		}
+	}
+	srv, err := edge.New(edge.Config{Channels: []edge.Channel{acme}, Authority: store, Cache: ecache, Budget: o.budget, MaxBody: o.maxBody, Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +131,7 @@ func setup(t testing.TB, o options) *bundle {
 	if o.noTokens {
 		token = ""
 	}
-	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, Reviews: store, Postgres: store, Metrics: metrics, Draining: srv.Draining})
+	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, Reviews: store, Postgres: store, Metrics: metrics, Draining: srv.Draining, RedisState: redisState})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +147,7 @@ func setup(t testing.TB, o options) *bundle {
 	})
 	return &bundle{
 		url: "http://" + ln.Addr().String(), adminURL: "http://" + aln.Addr().String(),
-		dbURL: dbURL, store: store, db: db, server: srv,
+		dbURL: dbURL, store: store, db: db, server: srv, redis: redisSrv, cache: cache, queries: queries,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
 	}
 }
@@ -246,5 +298,15 @@ func (b *bundle) metric(t testing.TB, sample string) float64 {
 	}
 	return 0
 }
+
+// queryCounter is a pgx tracer that counts the queries a pool sends.
+type queryCounter struct{ n atomic.Int64 }
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+
+func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func strconvFormat(f float64) string { return fmt.Sprintf("%.0f", f) }
