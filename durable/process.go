@@ -127,6 +127,9 @@ func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 		return Result{}, fmt.Errorf("process %s: unknown outcome %q", n.BizKey, *outcome)
 	}
 	res.Outcome = o
+	if o == Applied {
+		s.poke() // an outbox row was committed: wake the relay
+	}
 	if status != nil {
 		res.Status = State(*status)
 	}

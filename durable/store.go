@@ -68,7 +68,10 @@ func (c Config) withDefaults() Config {
 // Store is the durable authority over one Postgres database. It is safe for
 // concurrent use; several Stores (nodes) may share one database.
 type Store struct {
-	pool *pgxpool.Pool
+	pool         *pgxpool.Pool
+	pokes        chan struct{}
+	closing      chan struct{}
+	notifierDone chan struct{}
 }
 
 // preparedStatements are prepared on every new connection, so that the first
@@ -117,11 +120,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, pokes: make(chan struct{}, 1), closing: make(chan struct{}), notifierDone: make(chan struct{})}
 	if err := s.warm(ctx, int(cfg.MinConns)); err != nil {
 		pool.Close()
 		return nil, err
 	}
+	go s.notifier()
 	return s, nil
 }
 
@@ -154,7 +158,11 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close closes the pool, waiting for connections in use to be released.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	close(s.closing)
+	<-s.notifierDone
+	s.pool.Close()
+}
 
 // wrap adds the operation to err and keeps the cause testable: a context
 // that ended makes errors.Is(err, ctx.Err()) true even when the server

@@ -38,5 +38,8 @@ func (s *Store) Transition(ctx context.Context, orderNo string, e Event) (Move, 
 	if !found {
 		return Move{}, fmt.Errorf("transition %s %s: %w", orderNo, e, ErrUnknownOrder)
 	}
+	if applied {
+		s.poke()
+	}
 	return Move{Applied: applied, From: State(*from), Status: State(*status)}, nil
 }

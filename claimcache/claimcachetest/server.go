@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -24,6 +25,7 @@ var ErrNoServer = errors.New("redis-server not found: install it with 'apt-get i
 // Server is one running redis-server.
 type Server struct {
 	port   int
+	dir    string
 	args   []string
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -39,11 +41,18 @@ func Start(extra ...string) (*Server, error) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &Server{port: port, args: append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	// Its own directory: an AOF or RDB file must never outlive the test, or
+	// land where the next server would load it.
+	dir, err := os.MkdirTemp("", "neredis-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{port: port, dir: dir, args: append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
 		"--protected-mode", "no", "--loglevel", "warning",
 	}, extra...)}
 	if err := s.start(); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	return s, nil
@@ -125,8 +134,8 @@ func (s *Server) Kill() {
 	}
 }
 
-// Restart starts the server again on the same port, empty (there is no
-// persistence): what a crashed Redis comes back as.
+// Restart starts the server again on the same port: empty, unless it was
+// started with persistence (then with what it had written).
 func (s *Server) Restart(ctx context.Context) error {
 	s.Kill()
 	var err error
@@ -139,5 +148,9 @@ func (s *Server) Restart(ctx context.Context) error {
 	return fmt.Errorf("restart redis-server: %w (%w)", ctx.Err(), err)
 }
 
-// Stop kills the server; safe to call more than once.
-func (s *Server) Stop() { s.Kill() }
+// Stop kills the server and removes its directory; safe to call more than
+// once.
+func (s *Server) Stop() {
+	s.Kill()
+	os.RemoveAll(s.dir)
+}

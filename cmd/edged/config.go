@@ -21,6 +21,7 @@ type Config struct {
 	DatabaseURL string
 	RedisURL    string
 	StreamURL   string
+	StreamName  string
 	AdminToken  string
 	Budget      time.Duration
 	MaxBody     int
@@ -89,6 +90,7 @@ func ParseConfig(args, env []string) (Config, error) {
 	c.DatabaseURL = vars["DATABASE_URL"]
 	c.RedisURL = vars["REDIS_URL"]
 	c.StreamURL = vars["EDGE_STREAM_URL"]
+	c.StreamName = vars["EDGE_STREAM_NAME"]
 	c.AdminToken = vars["EDGE_ADMIN_TOKEN"]
 	if c.Channels, err = parseChannels(vars); err != nil {
 		return Config{}, err

@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge"
 )
 
@@ -79,6 +81,11 @@ type Main struct {
 	adminLn net.Listener
 	failed  chan error
 	dev     devState
+
+	relayState  atomic.Value // "off", "standby", "running"
+	stopRelay   context.CancelFunc
+	relayDone   chan struct{}
+	relayClient redis.UniversalClient
 }
 
 // Compile-time checks that the concrete parts satisfy edge's interfaces.
@@ -157,6 +164,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.relayState.Store("off")
+	if cfg.StreamURL != "" && cfg.Relay {
+		if err := m.startRelay(); err != nil {
+			return err
+		}
+	}
 	m.admin, err = edge.NewAdmin(edge.AdminConfig{
 		Token:      cfg.AdminToken,
 		Reviews:    m.store,
@@ -164,6 +177,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Metrics:    metrics,
 		Draining:   m.server.Draining,
 		RedisState: redisState,
+		RelayState: func() string { return m.relayState.Load().(string) },
 		Logger:     m.Logger,
 	})
 	if err != nil {
@@ -178,7 +192,7 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { m.failed <- m.server.Serve(m.ln) }()
 	go func() { m.failed <- m.admin.Serve(m.adminLn) }()
 	m.Logger.Info("edged listening", "listen", m.ln.Addr().String(), "admin", m.adminLn.Addr().String(),
-		"channels", names, "budget", cfg.Budget.String(), "cache", redisState(), "relay", "off")
+		"channels", names, "budget", cfg.Budget.String(), "cache", redisState(), "relay", m.relayState.Load())
 	if cfg.Dev {
 		m.printDevBanner()
 	}
@@ -215,6 +229,32 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 	return err
 }
 
+// startRelay runs the outbox relay to EDGE_STREAM_URL in the background:
+// leader on one node at a time, standby elsewhere.
+func (m *Main) startRelay() error {
+	client, err := redisstream.NewClient(m.Config.StreamURL)
+	if err != nil {
+		return err
+	}
+	m.relayClient = client
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stopRelay, m.relayDone = cancel, make(chan struct{})
+	m.relayState.Store("standby")
+	go func() {
+		defer close(m.relayDone)
+		m.store.RunRelay(ctx, durable.RelayConfig{
+			Publisher: redisstream.NewPublisher(client, m.Config.StreamName, 0),
+			OnState: func(st string) {
+				if m.relayState.Swap(st) != st {
+					m.Logger.Info("outbox relay", "state", st)
+				}
+			},
+			OnError: func(err error) { m.Logger.Warn("outbox relay", "error", err.Error()) },
+		})
+	}()
+	return nil
+}
+
 // Addr returns the public listener's address (after Run).
 func (m *Main) Addr() string { return m.ln.Addr().String() }
 
@@ -247,6 +287,11 @@ func (m *Main) Close() error {
 		acancel()
 	} else if m.adminLn != nil {
 		m.adminLn.Close()
+	}
+	if m.stopRelay != nil {
+		m.stopRelay()
+		<-m.relayDone
+		m.relayClient.Close()
 	}
 	if m.store != nil {
 		m.store.Close()

@@ -1,0 +1,329 @@
+// Package redisstream is the outbox relay's Redis Streams broker: a
+// durable.Publisher that XADDs outbox rows, and the consumer loop a
+// downstream service runs (consumer group, acknowledge after its own commit,
+// claim what dead consumers left pending).
+//
+// The stream must live on a Redis that persists (appendonly yes): outbox
+// rows leave Postgres's care once XADD is acknowledged. The stream is
+// trimmed only below the oldest id that every consumer group has
+// acknowledged.
+package redisstream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// DefaultStream is the stream name unless configured.
+const DefaultStream = "notifyedge:outbox"
+
+// The message fields.
+const (
+	FieldOutboxID = "outbox_id"
+	FieldTopic    = "topic"
+	FieldOrderNo  = "order_no"
+	FieldPayload  = "payload"
+)
+
+// Publisher publishes outbox rows to one stream.
+type Publisher struct {
+	client    redis.UniversalClient
+	stream    string
+	trimEvery time.Duration
+	mu        sync.Mutex
+	lastTrim  time.Time
+}
+
+var _ durable.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher on stream (default DefaultStream) that
+// trims at most every trimEvery (default 10s).
+func NewPublisher(client redis.UniversalClient, stream string, trimEvery time.Duration) *Publisher {
+	return &Publisher{client: client, stream: cmp.Or(stream, DefaultStream), trimEvery: cmp.Or(trimEvery, 10*time.Second)}
+}
+
+// Publish XADDs msgs in order in one pipeline and returns nil once Redis
+// acknowledged every one.
+func (p *Publisher) Publish(ctx context.Context, msgs []durable.OutboxMessage) error {
+	pipe := p.client.Pipeline()
+	cmds := make([]*redis.StringCmd, len(msgs))
+	for i, m := range msgs {
+		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.stream, Values: []any{
+			FieldOutboxID, m.ID, FieldTopic, m.Topic, FieldOrderNo, m.OrderNo, FieldPayload, m.Payload,
+		}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("xadd: %w", err)
+	}
+	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("xadd outbox id %d: %w", msgs[i].ID, err)
+		}
+	}
+	p.mu.Lock()
+	due := time.Since(p.lastTrim) >= p.trimEvery
+	if due {
+		p.lastTrim = time.Now()
+	}
+	p.mu.Unlock()
+	if due {
+		if err := p.Trim(ctx); err != nil {
+			return fmt.Errorf("trim: %w", err) // published and acknowledged; the relay retries harmlessly
+		}
+	}
+	return nil
+}
+
+// Trim drops the entries every consumer group has acknowledged: below the
+// smallest of each group's oldest pending id (or, with none pending, its
+// last delivered id). Without groups nothing is acknowledged: no trim.
+func (p *Publisher) Trim(ctx context.Context) error {
+	groups, err := p.client.XInfoGroups(ctx, p.stream).Result()
+	if err != nil || len(groups) == 0 {
+		if err != nil && strings.Contains(err.Error(), "no such key") {
+			return nil
+		}
+		return err
+	}
+	var floor string
+	for _, g := range groups {
+		keep := g.LastDeliveredID
+		if g.Pending > 0 {
+			pend, err := p.client.XPending(ctx, p.stream, g.Name).Result()
+			if err != nil {
+				return err
+			}
+			keep = pend.Lower
+		}
+		if floor == "" || lessID(keep, floor) {
+			floor = keep
+		}
+	}
+	if floor == "" || floor == "0-0" {
+		return nil
+	}
+	return p.client.XTrimMinID(ctx, p.stream, floor).Err()
+}
+
+// lessID compares stream ids "ms-seq".
+func lessID(a, b string) bool {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	return am < bm || am == bm && as < bs
+}
+
+func splitID(id string) (uint64, uint64) {
+	ms, seq, _ := strings.Cut(id, "-")
+	m, _ := strconv.ParseUint(ms, 10, 64)
+	s, _ := strconv.ParseUint(seq, 10, 64)
+	return m, s
+}
+
+// Message is one outbox row as a consumer reads it.
+type Message struct {
+	StreamID string
+	OutboxID int64
+	Topic    string
+	OrderNo  string
+	Payload  string
+}
+
+// ConsumerConfig configures RunConsumer. Zero fields take the defaults noted.
+type ConsumerConfig struct {
+	Client redis.UniversalClient // required
+	Stream string                // default DefaultStream
+	Group  string                // required: the consumer group
+	Name   string                // required: this consumer within the group
+	// Handle processes one message; it must commit its effect before it
+	// returns nil (the message is acknowledged then) and be idempotent on
+	// OutboxID (a message may come again). An error leaves it pending.
+	Handle func(ctx context.Context, m Message) error
+	// Batch is how many messages one read takes (default 100).
+	Batch int64
+	// Block is how long a read waits for new messages (default 1s).
+	Block time.Duration
+	// ClaimIdle is how long a message may sit pending with a consumer before
+	// another claims it (default 30s): a dead consumer's messages move on.
+	ClaimIdle time.Duration
+	// OnError hears failures the loop recovers from.
+	OnError func(error)
+}
+
+// RunConsumer consumes the stream until ctx ends: first this consumer's
+// own pending messages (after a restart), then new ones, and every
+// ClaimIdle/2 the messages idle longer than ClaimIdle with others (XAUTOCLAIM).
+func RunConsumer(ctx context.Context, cfg ConsumerConfig) error {
+	if cfg.Client == nil || cfg.Group == "" || cfg.Name == "" || cfg.Handle == nil {
+		return errors.New("redisstream: consumer needs Client, Group, Name and Handle")
+	}
+	cfg.Stream = cmp.Or(cfg.Stream, DefaultStream)
+	cfg.Batch = cmp.Or(cfg.Batch, 100)
+	cfg.Block = cmp.Or(cfg.Block, time.Second)
+	cfg.ClaimIdle = cmp.Or(cfg.ClaimIdle, 30*time.Second)
+	fail := func(err error) {
+		if cfg.OnError != nil && ctx.Err() == nil {
+			cfg.OnError(err)
+		}
+	}
+	for ctx.Err() == nil {
+		err := cfg.Client.XGroupCreateMkStream(ctx, cfg.Stream, cfg.Group, "0").Err()
+		if err == nil || strings.Contains(err.Error(), "BUSYGROUP") {
+			break
+		}
+		fail(fmt.Errorf("create group: %w", err))
+		sleepCtx(ctx, time.Second)
+	}
+	c := consumer{cfg: cfg, fail: fail}
+	c.read(ctx, "0") // our own pending, from before a restart
+	lastClaim := time.Now()
+	for ctx.Err() == nil {
+		if time.Since(lastClaim) >= cfg.ClaimIdle/2 {
+			c.claim(ctx)
+			lastClaim = time.Now()
+		}
+		if !c.read(ctx, ">") {
+			sleepCtx(ctx, 100*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+type consumer struct {
+	cfg  ConsumerConfig
+	fail func(error)
+}
+
+// read reads and handles one batch from id (">" new, "0" own pending).
+func (c *consumer) read(ctx context.Context, id string) bool {
+	block := c.cfg.Block
+	if id != ">" {
+		block = -1 // no BLOCK
+	}
+	streams, err := c.cfg.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: c.cfg.Group, Consumer: c.cfg.Name, Streams: []string{c.cfg.Stream, id},
+		Count: c.cfg.Batch, Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return true
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("xreadgroup: %w", err))
+		return false
+	}
+	for _, s := range streams {
+		c.handle(ctx, s.Messages)
+	}
+	return true
+}
+
+// claim takes over messages other consumers left pending too long.
+func (c *consumer) claim(ctx context.Context) {
+	start := "0-0"
+	for ctx.Err() == nil {
+		msgs, next, err := c.cfg.Client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+			Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Name,
+			MinIdle: c.cfg.ClaimIdle, Start: start, Count: c.cfg.Batch,
+		}).Result()
+		if err != nil {
+			c.fail(fmt.Errorf("xautoclaim: %w", err))
+			return
+		}
+		c.handle(ctx, msgs)
+		if next == "0-0" || len(msgs) == 0 {
+			return
+		}
+		start = next
+	}
+}
+
+// handle processes messages in order and acknowledges each after its
+// handler committed.
+func (c *consumer) handle(ctx context.Context, msgs []redis.XMessage) {
+	for _, xm := range msgs {
+		m, err := decode(xm)
+		if err != nil {
+			c.fail(err) // not ours to judge: leave it pending for a human
+			continue
+		}
+		if err := c.cfg.Handle(ctx, m); err != nil {
+			c.fail(fmt.Errorf("handle outbox id %d: %w", m.OutboxID, err))
+			continue
+		}
+		if err := c.cfg.Client.XAck(ctx, c.cfg.Stream, c.cfg.Group, xm.ID).Err(); err != nil {
+			c.fail(fmt.Errorf("xack %s: %w", xm.ID, err))
+		}
+	}
+}
+
+func decode(xm redis.XMessage) (Message, error) {
+	str := func(k string) string { s, _ := xm.Values[k].(string); return s }
+	id, err := strconv.ParseInt(str(FieldOutboxID), 10, 64)
+	if err != nil {
+		return Message{}, fmt.Errorf("message %s: bad %s %q", xm.ID, FieldOutboxID, str(FieldOutboxID))
+	}
+	return Message{StreamID: xm.ID, OutboxID: id, Topic: str(FieldTopic), OrderNo: str(FieldOrderNo), Payload: str(FieldPayload)}, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// NewClient returns a go-redis client for a stream URL (the cache's URL
+// forms), with timeouts fit for a background relay rather than a request.
+func NewClient(url string) (redis.UniversalClient, error) {
+	if strings.Contains(url, "addr=") {
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redisstream: parse cluster url: %w", err)
+		}
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 2*time.Second, 5*time.Second, 5*time.Second
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: parse url: %w", err)
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 2*time.Second, 5*time.Second, 5*time.Second
+	return redis.NewClient(o), nil
+}
+
+// ShipStore is what the reference shipper needs of Postgres.
+// *durable.Store satisfies it.
+type ShipStore interface {
+	Ship(ctx context.Context, consumer string, outboxID int64, orderNo string) (durable.ShipResult, durable.State, error)
+}
+
+// ShipOnPaid is the reference consumer's handler: on ORDER_PAID it ships
+// the order through the conditional PAID -> SHIPPED transition, deduplicated
+// on the outbox id, in one transaction (durable.Store.Ship); other topics
+// are acknowledged untouched. onResult, if set, hears every decision.
+func ShipOnPaid(store ShipStore, consumer string, onResult func(Message, durable.ShipResult)) func(context.Context, Message) error {
+	return func(ctx context.Context, m Message) error {
+		if m.Topic != "ORDER_PAID" {
+			return nil
+		}
+		r, _, err := store.Ship(ctx, consumer, m.OutboxID, m.OrderNo)
+		if err != nil {
+			return err
+		}
+		if onResult != nil {
+			onResult(m, r)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,202 @@
+package durable
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// OutboxMessage is one outbox row on its way to the broker.
+type OutboxMessage struct {
+	ID        int64
+	Topic     string
+	OrderNo   string
+	Payload   []byte // the JSON payload
+	CreatedAt time.Time
+}
+
+// Publisher delivers outbox rows to a downstream broker. Publish returns nil
+// only once the broker acknowledged every message; it must keep their
+// order. A different broker is one new Publisher.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []OutboxMessage) error
+}
+
+// RelayConfig configures RunRelay. Zero fields take the defaults noted.
+type RelayConfig struct {
+	// Publisher is the broker (required).
+	Publisher Publisher
+	// Batch is how many rows one publish carries (default 500).
+	Batch int
+	// Poll is the fallback wake-up when no notification arrives (default 1s).
+	Poll time.Duration
+	// LockID is the advisory lock that elects the leader (default a fixed id).
+	LockID int64
+	// OnState hears "running" (this node is the leader) and "standby".
+	OnState func(state string)
+	// OnError hears every failure the relay recovers from by retrying.
+	OnError func(error)
+}
+
+// outboxChannel is the LISTEN/NOTIFY channel that wakes the relay.
+const outboxChannel = "notifyedge_outbox"
+
+const relayLockID = int64(0x6e6f74696679) // "notify"
+
+// RunRelay publishes unpublished outbox rows, in id order, and marks them
+// published once the broker acknowledged them: at least once to the broker
+// (a crash between publish and mark re-sends; consumers dedup on the outbox
+// id). One relay is active at a time across nodes: the leader holds a
+// session advisory lock on a dedicated connection, the others block on it
+// and take over the moment the leader's session ends. RunRelay returns when
+// ctx ends.
+func (s *Store) RunRelay(ctx context.Context, cfg RelayConfig) error {
+	if cfg.Publisher == nil {
+		return errors.New("durable: relay without a Publisher")
+	}
+	cfg.Batch = cmp.Or(cfg.Batch, 500)
+	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
+	cfg.LockID = cmp.Or(cfg.LockID, relayLockID)
+	state := func(st string) {
+		if cfg.OnState != nil {
+			cfg.OnState(st)
+		}
+	}
+	for ctx.Err() == nil {
+		err := s.lead(ctx, cfg, state)
+		state("standby")
+		if err != nil && ctx.Err() == nil {
+			if cfg.OnError != nil {
+				cfg.OnError(err)
+			}
+			sleep(ctx, cfg.Poll)
+		}
+	}
+	return nil
+}
+
+// lead waits for leadership on a connection of its own, then relays until
+// an error or ctx ends. The lock goes with the connection.
+func (s *Store) lead(ctx context.Context, cfg RelayConfig, state func(string)) error {
+	cc := s.pool.Config().ConnConfig.Copy()
+	for _, p := range []string{"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"} {
+		delete(cc.RuntimeParams, p)
+	}
+	cc.RuntimeParams["application_name"] = "notifyedge-relay"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("relay: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	state("standby")
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, cfg.LockID); err != nil {
+		return fmt.Errorf("relay: wait for leadership: %w", err)
+	}
+	state("running")
+	if _, err := conn.Exec(ctx, "LISTEN "+outboxChannel); err != nil {
+		return fmt.Errorf("relay: listen: %w", err)
+	}
+	for {
+		n, err := s.relayBatch(ctx, conn, cfg)
+		if err != nil {
+			return err
+		}
+		if n == cfg.Batch {
+			continue // more waiting
+		}
+		wctx, cancel := context.WithTimeout(ctx, cfg.Poll)
+		_, err = conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
+			return fmt.Errorf("relay: wait: %w", err)
+		}
+	}
+}
+
+const (
+	sqlUnpublished = `SELECT id, topic, order_no, payload::text, created_at FROM outbox
+WHERE published_at IS NULL ORDER BY id LIMIT $1`
+	sqlMarkPublished = `UPDATE outbox SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL`
+)
+
+// relayBatch publishes and marks one batch; it returns the batch's size.
+func (s *Store) relayBatch(ctx context.Context, conn *pgx.Conn, cfg RelayConfig) (int, error) {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rows, err := conn.Query(qctx, sqlUnpublished, cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("relay: read outbox: %w", err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxMessage, error) {
+		var m OutboxMessage
+		var payload string
+		err := r.Scan(&m.ID, &m.Topic, &m.OrderNo, &payload, &m.CreatedAt)
+		m.Payload = []byte(payload)
+		return m, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("relay: read outbox: %w", err)
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	if err := cfg.Publisher.Publish(qctx, msgs); err != nil {
+		return 0, fmt.Errorf("relay: publish %d rows from id %d: %w", len(msgs), msgs[0].ID, err)
+	}
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	if _, err := conn.Exec(qctx, sqlMarkPublished, ids); err != nil {
+		return 0, fmt.Errorf("relay: mark published: %w", err)
+	}
+	return len(msgs), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// notifyWindow coalesces wake-ups: at most one NOTIFY per window.
+const notifyWindow = 2 * time.Millisecond
+
+// notifier wakes the relay (on any node) after outbox rows were committed.
+// The NOTIFY goes out of band, on its own statement, never inside the
+// deciding transaction: a NOTIFY in a transaction takes Postgres's global
+// notify lock until after commit, which would serialize every applying
+// transaction's WAL flush and defeat group commit.
+func (s *Store) notifier() {
+	defer close(s.notifierDone)
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-s.pokes:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, outboxChannel) // the relay's poll is the fallback
+		cancel()
+		time.Sleep(notifyWindow)
+	}
+}
+
+// poke asks the notifier for a wake-up, without waiting.
+func (s *Store) poke() {
+	select {
+	case s.pokes <- struct{}{}:
+	default:
+	}
+}
