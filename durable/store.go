@@ -106,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// On a deadline, ask the server to cancel at once (it rolls back and the
 	// connection stays usable); close the socket only if it does not answer.
 	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 100 * time.Millisecond}
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 50 * time.Millisecond}
 	}
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		for _, q := range preparedStatements {

@@ -186,7 +186,7 @@ func BenchmarkHotDuplicate(b *testing.B) {
 			applyAll(b, c, reqs)
 			before := queries.n.Load()
 			runHandler(b, c, reqs)
-			b.ReportMetric(float64(queries.n.Load()-before)/float64(b.N), "pg-queries/op")
+			b.ReportMetric(float64(queries.n.Load()-before)/float64(b.N), "pg-claim-queries/op")
 		})
 	}
 }

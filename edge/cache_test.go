@@ -77,7 +77,7 @@ func TestHotDuplicatesNeverReachPostgres(t *testing.T) {
 	before := b.queries.n.Load()
 	answers := b.storm(t, payloads, 100, 32)
 	if q := b.queries.n.Load() - before; q != 0 {
-		t.Errorf("Postgres saw %d queries for 10,000 hot duplicates, want 0", q)
+		t.Errorf("Postgres saw %d claim queries for 10,000 hot duplicates, want 0", q)
 	}
 	for i, rs := range answers {
 		for _, r := range rs {
