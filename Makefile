@@ -67,7 +67,12 @@ test-race: deps
 
 ## bench: the benchmarks (durable beside raw pgx, the handler; fsync on)
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./durable/ ./edge/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./durable/... ./edge/
+
+## demo: the incident replayed, naive design vs notifyedge (ORDERS=1000)
+ORDERS ?= 1000
+demo: deps
+	$(GO) run ./cmd/edgebench demo -orders $(ORDERS)
 
 ## fuzz: fuzz the generic channel's parse+verify for FUZZTIME (default 60s)
 FUZZTIME ?= 60s
@@ -85,4 +90,4 @@ lint:
 		if [ -n "$$bad" ]; then echo "$$p must not import: $$bad"; exit 1; fi; \
 	done; echo "imports: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl run build test fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl run build test demo fuzz test-race bench lint

@@ -30,7 +30,13 @@ type bundle struct {
 	client redis.UniversalClient
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { return setupB(t) }
+
+func durableRelayConfig(p durable.Publisher) durable.RelayConfig {
+	return durable.RelayConfig{Publisher: p}
+}
+
+func setupB(t testing.TB) *bundle {
 	t.Helper()
 	url := durabletest.NewDatabase(t)
 	store := newStore(t, url)
@@ -52,7 +58,7 @@ func setup(t *testing.T) *bundle {
 	return &bundle{url: url, store: store, db: db, redis: srv, client: client}
 }
 
-func newStore(t *testing.T, url string) *durable.Store {
+func newStore(t testing.TB, url string) *durable.Store {
 	t.Helper()
 	s, err := durable.New(context.Background(), durable.Config{URL: url, MaxConns: 8, MinConns: 1})
 	if err != nil {
