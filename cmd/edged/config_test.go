@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestSignVerifies(t *testing.T) {
 	if headers["webhook-id"] != "msg_fixed" || headers["webhook-timestamp"] == "" {
 		t.Fatalf("headers %v", headers)
 	}
-	want, _ := edge.SignWebhook(secret, "msg_fixed", atoi(headers["webhook-timestamp"]), []byte(payload))
+	want, _ := edge.SignWebhook(secret, "msg_fixed", mustInt(t, headers["webhook-timestamp"]), []byte(payload))
 	if headers["webhook-signature"] != want {
 		t.Errorf("signature %s, want %s", headers["webhook-signature"], want)
 	}
@@ -96,10 +97,11 @@ func TestSignVerifies(t *testing.T) {
 	}
 }
 
-func atoi(s string) int64 {
-	var n int64
-	for _, c := range s {
-		n = n*10 + int64(c-'0')
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }
