@@ -139,3 +139,19 @@ func scanReview(row pgx.CollectableRow) (Review, error) {
 		&r.CreatedAt, &r.ResolvedAt, &r.Resolution, &r.ResolvedBy)
 	return r, err
 }
+
+const sqlRecordReview = `SELECT notifyedge_review($1, $2, $3, $4, $5)`
+
+// RecordReview opens a review row for a delivery the edge refused before
+// Process (a merchant or app id that is not the channel's), unless the same
+// problem is already open. No claim is made: once an operator fixes the
+// cause, the channel's retry is decided afresh.
+func (s *Store) RecordReview(ctx context.Context, n Notification, reason ReviewReason) error {
+	if err := n.validate(); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, sqlRecordReview, n.BizKey, n.OrderNo, string(reason), n.Digest, textSafe(n.RawBody)); err != nil {
+		return wrap(ctx, "record review "+n.BizKey, err)
+	}
+	return nil
+}

@@ -22,6 +22,11 @@ func (a noAuthority) Process(context.Context, durable.Notification) (durable.Res
 	return durable.Result{}, nil
 }
 
+func (a noAuthority) RecordReview(context.Context, durable.Notification, durable.ReviewReason) error {
+	a.t.Error("a cache hit reached the authority")
+	return nil
+}
+
 // The cache-hit path (fasthttp handler, adapter, claim, replay) allocates
 // at most 2 times beyond one bare go-redis SET NX GET and writing the same
 // response into the same RequestCtx: what the libraries themselves need.

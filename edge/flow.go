@@ -15,6 +15,9 @@ import (
 // *durable.Store satisfies it.
 type Authority interface {
 	Process(ctx context.Context, n durable.Notification) (durable.Result, error)
+	// RecordReview opens a review row for a delivery refused before Process
+	// (merchant mismatch), with no claim.
+	RecordReview(ctx context.Context, n durable.Notification, reason durable.ReviewReason) error
 }
 
 // Cache is the claim-and-result cache in front of the authority: an
@@ -66,6 +69,18 @@ func (s *Server) decide(start time.Time, x *exchange) {
 	}
 	x.channel = ch
 	if rej := ch.Parse(&x.req, &x.d); rej != nil {
+		if rej.Outcome == OutcomeMerchantMismatch {
+			// Authentic, but for another merchant or app: a human must look.
+			ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
+			err := s.authority.RecordReview(ctx, s.notification(x), durable.ReviewMerchantMismatch)
+			cancel()
+			if err != nil {
+				x.err = err
+				s.fail(x, OutcomeUnavailable, "", "temporarily unavailable; retry")
+				return
+			}
+			x.review = durable.ReviewMerchantMismatch
+		}
 		s.fail(x, rej.Outcome, "", rej.Message)
 		return
 	}
@@ -134,8 +149,16 @@ func (s *Server) decide(start time.Time, x *exchange) {
 // margin to write the answer: past it the answer is 503 and the channel
 // retries.
 func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
+	x.path = PathDurable
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
+	defer cancel()
+	return s.authority.Process(ctx, s.notification(x))
+}
+
+// notification copies the delivery out of request-scoped bytes.
+func (s *Server) notification(x *exchange) durable.Notification {
 	event, _ := durable.ParseChannelEvent(x.d.Event)
-	n := durable.Notification{
+	return durable.Notification{
 		BizKey:   string(x.d.Key),
 		OrderNo:  string(x.d.OrderNo),
 		Event:    event,
@@ -144,10 +167,6 @@ func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 		Digest:   string(x.d.Digest[:]),
 		RawBody:  x.req.Body,
 	}
-	x.path = PathDurable
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
-	defer cancel()
-	return s.authority.Process(ctx, n)
 }
 
 // The cache stores an answer as status (2 bytes) | content-type length (1)

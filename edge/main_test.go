@@ -59,6 +59,8 @@ type options struct {
 	// dbURL shares another bundle's database (two nodes).
 	dbURL string
 	redis *claimcachetest.Server
+	// channels are configured beside acme.
+	channels []edge.Channel
 }
 
 func setup(t testing.TB, o options) *bundle {
@@ -89,7 +91,12 @@ func setup(t testing.TB, o options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics := edge.NewMetrics([]string{"acme"})
+	channels := append([]edge.Channel{acme}, o.channels...)
+	names := make([]string, len(channels))
+	for i, c := range channels {
+		names[i] = c.Name()
+	}
+	metrics := edge.NewMetrics(names)
 	metrics.RegisterBacklog(store)
 	var cache *claimcache.Cache
 	var ecache edge.Cache
@@ -123,7 +130,7 @@ func setup(t testing.TB, o options) *bundle {
 			ecache = o.wrapCache(cache)
 		}
 	}
-	srv, err := edge.New(edge.Config{Channels: []edge.Channel{acme}, Authority: store, Cache: ecache, Budget: o.budget, MaxBody: o.maxBody, Metrics: metrics})
+	srv, err := edge.New(edge.Config{Channels: channels, Authority: store, Cache: ecache, Budget: o.budget, MaxBody: o.maxBody, Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,9 @@ func (s *Server) HandleFastHTTP(ctx *fasthttp.RequestCtx) {
 // write copies the answer into the response (fasthttp owns the copy).
 func (s *Server) write(ctx *fasthttp.RequestCtx, x *exchange) {
 	ctx.SetStatusCode(x.verdict.HTTP)
-	ctx.SetContentType(x.ctype)
+	if x.ctype != "" {
+		ctx.SetContentType(x.ctype)
+	}
 	if x.replayed {
 		ctx.Response.Header.SetBytesV(headerReplayed, valueTrue)
 	}
@@ -243,7 +245,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.decide(start, x)
 	}
-	w.Header().Set("Content-Type", x.ctype)
+	if x.ctype != "" {
+		w.Header().Set("Content-Type", x.ctype)
+	}
 	if x.replayed {
 		w.Header().Set(headerReplayed, "true")
 	}

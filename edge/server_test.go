@@ -24,6 +24,10 @@ func (f authorityFunc) Process(ctx context.Context, n durable.Notification) (dur
 	return f(ctx, n)
 }
 
+func (f authorityFunc) RecordReview(context.Context, durable.Notification, durable.ReviewReason) error {
+	return nil
+}
+
 // syncBuffer is a log sink safe for the server's goroutines.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rsa"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +39,9 @@ type ChannelConfig struct {
 	Name    string
 	Kind    string
 	Secrets []string
+	// Vars are the adapter's own EDGE_CHANNEL_<NAME>_* variables, by the
+	// part after the prefix (e.g. "MCHID").
+	Vars map[string]string
 }
 
 // ParseConfig reads args (without the program name) and env ("K=V" pairs).
@@ -156,6 +160,15 @@ func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
 			return nil, fmt.Errorf("EDGE_SECRET_%s: channel names are [a-z0-9_]{1,32}", upper)
 		}
 		cc := ChannelConfig{Name: name, Kind: vars["EDGE_CHANNEL_"+upper+"_KIND"], Secrets: strings.Fields(list)}
+		prefix := "EDGE_CHANNEL_" + upper + "_"
+		for k, v := range vars {
+			if rest, ok := strings.CutPrefix(k, prefix); ok && rest != "KIND" {
+				if cc.Vars == nil {
+					cc.Vars = map[string]string{}
+				}
+				cc.Vars[rest] = v
+			}
+		}
 		if cc.Kind == "" {
 			cc.Kind = "generic"
 		}
@@ -170,10 +183,39 @@ func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
 
 // newChannel builds the adapter of a configured channel.
 func newChannel(cc ChannelConfig) (edge.Channel, error) {
+	env := func(k string) string { return "EDGE_CHANNEL_" + strings.ToUpper(cc.Name) + "_" + k }
 	switch cc.Kind {
 	case "generic":
+		if len(cc.Vars) > 0 {
+			return nil, fmt.Errorf("channel %s: a generic channel takes no EDGE_CHANNEL_%s_* variables", cc.Name, strings.ToUpper(cc.Name))
+		}
 		return edge.NewGeneric(edge.GenericConfig{Name: cc.Name, Secrets: cc.Secrets})
+	case "wechatpay":
+		if len(cc.Secrets) != 1 {
+			return nil, fmt.Errorf("channel %s: EDGE_SECRET_%s is the one APIv3 key", cc.Name, strings.ToUpper(cc.Name))
+		}
+		keys := map[string]*rsa.PublicKey{}
+		for _, entry := range strings.Fields(cc.Vars["PLATFORM_KEYS"]) {
+			serial, b64, ok := strings.Cut(entry, "=")
+			k, err := edge.ParseRSAPublicKey(b64)
+			if !ok || err != nil {
+				return nil, fmt.Errorf("channel %s: %s: want SERIAL=<base64 DER public key> entries", cc.Name, env("PLATFORM_KEYS"))
+			}
+			keys[serial] = k
+		}
+		return edge.NewWeChatPay(edge.WeChatPayConfig{Name: cc.Name, APIv3Key: cc.Secrets[0], PlatformKeys: keys,
+			MchID: cc.Vars["MCHID"], AppID: cc.Vars["APPID"]})
+	case "alipay":
+		var keys []*rsa.PublicKey
+		for i, s := range cc.Secrets {
+			k, err := edge.ParseRSAPublicKey(s)
+			if err != nil {
+				return nil, fmt.Errorf("channel %s: Alipay public key %d in EDGE_SECRET_%s: %w", cc.Name, i+1, strings.ToUpper(cc.Name), err)
+			}
+			keys = append(keys, k)
+		}
+		return edge.NewAlipay(edge.AlipayConfig{Name: cc.Name, PublicKeys: keys, AppID: cc.Vars["APP_ID"], SellerID: cc.Vars["SELLER_ID"]})
 	}
-	return nil, fmt.Errorf("channel %s: unknown kind %q (EDGE_CHANNEL_%s_KIND): this build knows generic",
-		cc.Name, cc.Kind, strings.ToUpper(cc.Name))
+	return nil, fmt.Errorf("channel %s: unknown kind %q (%s): generic, wechatpay or alipay",
+		cc.Name, cc.Kind, env("KIND"))
 }
