@@ -105,3 +105,33 @@ func mustInt(t *testing.T, s string) int64 {
 	}
 	return n
 }
+
+// The real channels are configured from their variables.
+func TestRealChannelKinds(t *testing.T) {
+	wx, err := edge.NewWeChatPaySigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ali, _ := edge.NewAlipaySigner()
+	c, err := ParseConfig(nil, []string{"DATABASE_URL=postgres://db/x",
+		"EDGE_SECRET_WX=" + wx.APIv3Key, "EDGE_CHANNEL_WX_KIND=wechatpay",
+		"EDGE_CHANNEL_WX_PLATFORM_KEYS=" + wx.Serial + "=" + wx.PublicKeyBase64(), "EDGE_CHANNEL_WX_MCHID=1900000109",
+		"EDGE_SECRET_ALI=" + ali.PublicKeyBase64(), "EDGE_CHANNEL_ALI_KIND=alipay", "EDGE_CHANNEL_ALI_APP_ID=2021",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cc := range c.Channels {
+		ch, err := newChannel(cc)
+		if err != nil {
+			t.Fatalf("%s: %v", cc.Name, err)
+		}
+		if ch.Name() != cc.Name {
+			t.Errorf("name %s", ch.Name())
+		}
+	}
+	bad := ChannelConfig{Name: "wx", Kind: "wechatpay", Secrets: []string{wx.APIv3Key}, Vars: map[string]string{"PLATFORM_KEYS": "nokey"}}
+	if _, err := newChannel(bad); err == nil || !strings.Contains(err.Error(), "EDGE_CHANNEL_WX_PLATFORM_KEYS") {
+		t.Errorf("bad platform keys: %v", err)
+	}
+}
