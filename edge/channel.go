@@ -59,6 +59,14 @@ func (d *Delivery) Reset() {
 	d.Key, d.scratch, d.keys, d.digestIn = d.Key[:0], d.scratch[:0], d.keys[:0], d.digestIn[:0]
 }
 
+// keep copies s into d's scratch and returns the copy (request-scoped, like
+// every Delivery field).
+func (d *Delivery) keep(s string) []byte {
+	start := len(d.scratch)
+	d.scratch = append(d.scratch, s...)
+	return d.scratch[start:len(d.scratch):len(d.scratch)]
+}
+
 // Finish computes the key and the digest of the contract from the business
 // fields, for channel name ch:
 //

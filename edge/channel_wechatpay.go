@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"cmp"
 	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
@@ -176,7 +177,7 @@ func (w *WeChatPay) Parse(req *Request, d *Delivery) *Reject {
 		return badRequest("event_type %q with this state is not an event notifyedge acts on", n.EventType)
 	}
 	d.OrderNo = d.keep(r.OutTradeNo)
-	d.Currency = d.keep(cmpOr(r.Amount.Currency, "CNY"))
+	d.Currency = d.keep(cmp.Or(r.Amount.Currency, "CNY"))
 	if !printableASCII(d.TxnID, 64) || !printableASCII(d.OrderNo, 64) {
 		return badRequest("transaction_id, refund_id, out_trade_no: must be 1 to 64 printable ASCII characters")
 	}
@@ -200,20 +201,6 @@ var (
 	eventRefundSuccess = []byte("REFUND_SUCCESS")
 	eventTradeClosed   = []byte("TRADE_CLOSED")
 )
-
-// keep copies s into d's scratch and returns the copy.
-func (d *Delivery) keep(s string) []byte {
-	start := len(d.scratch)
-	d.scratch = append(d.scratch, s...)
-	return d.scratch[start:len(d.scratch):len(d.scratch)]
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
 
 // Render: success is 200 with an empty body; failure
 // {"code":"FAIL","message":...}.
