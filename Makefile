@@ -65,8 +65,12 @@ test: deps
 test-race: deps
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
-## bench: the benchmarks (durable beside raw pgx, the handler; fsync on)
+## bench: every load scenario and ceiling on a fresh stack (vegeta; about 3 minutes)
 bench: deps
+	$(GO) run ./cmd/edgebench run -out bench/results
+
+## bench-go: the Go benchmarks (durable beside raw pgx, the handler, the cache; fsync on)
+bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./durable/... ./edge/
 
 ## demo: the incident replayed, naive design vs notifyedge (ORDERS=1000)
@@ -90,4 +94,4 @@ lint:
 		if [ -n "$$bad" ]; then echo "$$p must not import: $$bad"; exit 1; fi; \
 	done; echo "imports: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl run build test demo fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl run build test demo bench-go fuzz test-race bench lint

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,12 +29,17 @@ const Channel = "bench"
 // Stack is a running notifyedge: Postgres, Redis (cache and stream), the
 // edge on a loopback listener, the outbox relay and the reference shipper.
 type Stack struct {
-	URL    string // http://host:port of the edge
-	DBURL  string
-	DB     *pgxpool.Pool
-	Store  *durable.Store
-	Redis  *claimcachetest.Server
-	Stream redis.UniversalClient
+	URL string // http://host:port of the edge
+	// URLNoCache is the same edge flow over the same Postgres with the
+	// cache off; URLNetHTTP the cached flow behind net/http.
+	URLNoCache, URLNetHTTP string
+	// Metrics are the cached edge's (outcome counts come from here).
+	Metrics *edge.Metrics
+	DBURL   string
+	DB      *pgxpool.Pool
+	Store   *durable.Store
+	Redis   *claimcachetest.Server
+	Stream  redis.UniversalClient
 
 	cluster *durabletest.Cluster
 	server  *edge.Server
@@ -103,22 +109,31 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	logger := slog.New(slog.NewJSONHandler(cfg.Log, nil))
+	s.Metrics = edge.NewMetrics([]string{Channel})
 	s.server, err = edge.New(edge.Config{Channels: []edge.Channel{ch}, Authority: s.Store, Cache: cache,
-		Budget: cfg.Budget, Logger: slog.New(slog.NewJSONHandler(cfg.Log, nil))})
+		Budget: cfg.Budget, Logger: logger, Metrics: s.Metrics})
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if s.URL, err = s.serve(s.server); err != nil {
+		return nil, err
+	}
+	noCache, err := edge.New(edge.Config{Channels: []edge.Channel{ch}, Authority: s.Store, Budget: cfg.Budget, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	go s.server.Serve(ln)
-	s.stops = append(s.stops, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.server.Shutdown(sctx)
-	})
-	s.URL = "http://" + ln.Addr().String()
+	if s.URLNoCache, err = s.serve(noCache); err != nil {
+		return nil, err
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{Handler: s.server}
+	go hs.Serve(hl)
+	s.stops = append(s.stops, func() { hs.Close() })
+	s.URLNetHTTP = "http://" + hl.Addr().String()
 	// The relay and the reference shipper, as a deployment runs them.
 	rctx, cancel := context.WithCancel(context.Background())
 	relayDone, shipDone := make(chan struct{}), make(chan struct{})
@@ -134,6 +149,21 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	s.stops = append(s.stops, func() { cancel(); <-relayDone; <-shipDone })
 	ok = true
 	return s, nil
+}
+
+// serve runs srv on a loopback port until Close.
+func (s *Stack) serve(srv *edge.Server) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	go srv.Serve(ln)
+	s.stops = append(s.stops, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	})
+	return "http://" + ln.Addr().String(), nil
 }
 
 // Close stops everything StartStack started, newest first.

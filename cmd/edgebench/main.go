@@ -2,6 +2,7 @@
 //
 //	edgebench demo [-orders 1000]              the incident replayed: naive design vs notifyedge
 //	edgebench lag [-rate 1000 -duration 10s]   outbox lag at a steady callback rate
+//	edgebench run [-duration 10s -workers 64]   every load scenario and ceiling, invariants checked
 package main
 
 import (
@@ -20,8 +21,12 @@ func main() {
 		lag(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		run(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: edgebench demo [-orders N] [-workers N] | edgebench lag [-rate N] [-duration D]")
+		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("edgebench demo", flag.ExitOnError)
@@ -55,4 +60,23 @@ func lag(args []string) {
 		os.Exit(1)
 	}
 	fmt.Print(rep.Table())
+}
+
+func run(args []string) {
+	fs := flag.NewFlagSet("edgebench run", flag.ExitOnError)
+	duration := fs.Duration("duration", 0, "length of each attack (default 10s, -quick 1s)")
+	workers := fs.Int("workers", 64, "closed-loop concurrency")
+	quick := fs.Bool("quick", false, "a few seconds in all, on a small stack (the smoke test)")
+	out := fs.String("out", "bench/results", "directory for the run's JSON file")
+	fs.Parse(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.Run(ctx, bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr})
+	if rep != nil {
+		fmt.Print(rep.Table())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
 }

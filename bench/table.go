@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// find returns the row named name.
+func (r *Report) find(name string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Name == name {
+			return &r.Rows[i]
+		}
+	}
+	return nil
+}
+
+// Ratio is one figure the issue compares against a ceiling.
+type Ratio struct {
+	Name   string
+	Value  float64
+	Target string
+}
+
+// Ratios are the side-by-side ratios of one run.
+func (r *Report) Ratios() []Ratio {
+	div := func(a, b string) float64 {
+		x, y := r.find(a), r.find(b)
+		if x == nil || y == nil || y.ReqPerSec == 0 {
+			return 0
+		}
+		return x.ReqPerSec / y.ReqPerSec
+	}
+	return []Ratio{
+		{"hotdup (cache on) / fasthttp + SET NX GET ceiling", div("hotdup (cache on)", "ceiling: fasthttp + SET NX GET"), ">= 0.85"},
+		{"first / raw pgx pipelined (no HTTP)", div("first", "ceiling: raw pgx pipelined"), ">= 0.75"},
+		{"hotdup cache on / cache off", div("hotdup (cache on)", "hotdup (cache off)"), "as measured"},
+		{"fasthttp edge / net/http edge (hotdup)", div("hotdup (cache on)", "hotdup (net/http edge)"), ">= 1.3"},
+		{"closed-loop driver / vegeta, both vs no-op", div("ceiling: no-op fasthttp", "ceiling: vegeta vs no-op"), "the generators' ceilings"},
+	}
+}
+
+// Table renders the run for a terminal and the README.
+func (r *Report) Table() string {
+	var b strings.Builder
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+	fmt.Fprintf(&b, "notifyedge bench, %s, %s per attack, %s\n\n", r.When.Format(time.RFC3339), r.Duration, r.Machine)
+	fmt.Fprintf(&b, "| %-30s | %-26s | %9s | %9s | %7s | %7s | %7s | %8s | %8s | %-22s | %s |\n",
+		"scenario", "driver", "requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "codes / errors", "invariants")
+	fmt.Fprintf(&b, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 32), strings.Repeat("-", 28), strings.Repeat("-", 11),
+		strings.Repeat("-", 11), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 24), "---")
+	for _, row := range r.Rows {
+		var codes []string
+		for c, n := range row.Codes {
+			codes = append(codes, fmt.Sprintf("%d:%d", c, n))
+		}
+		sort.Strings(codes)
+		if row.Errors > 0 {
+			codes = append(codes, fmt.Sprintf("err:%d", row.Errors))
+		}
+		check := row.Check
+		if check == "" {
+			check = "-"
+		}
+		fmt.Fprintf(&b, "| %-30s | %-26s | %9d | %9.0f | %7s | %7s | %7s | %8s | %8s | %-22s | %s |\n",
+			row.Name, row.Driver, row.Requests, row.ReqPerSec, ms(row.Lat.P50), ms(row.Lat.P90), ms(row.Lat.P99), ms(row.Lat.P999), ms(row.Lat.Max), strings.Join(codes, " "), check)
+	}
+	b.WriteString("\nOutcomes (from notifyedge_requests_total):\n")
+	for _, row := range r.Rows {
+		if len(row.Outcomes) == 0 {
+			continue
+		}
+		var parts []string
+		for k, v := range row.Outcomes {
+			parts = append(parts, fmt.Sprintf("%s %d", k, v))
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(&b, "  %-30s %s\n", row.Name, strings.Join(parts, ", "))
+	}
+	b.WriteString("\nRatios (same run, same driver and concurrency):\n")
+	for _, q := range r.Ratios() {
+		fmt.Fprintf(&b, "  %-52s %6.2f   target %s\n", q.Name, q.Value, q.Target)
+	}
+	fmt.Fprintf(&b, "\nbench process RSS at peak (edge in process): %.0f MiB\n", r.RSSMiB)
+	return b.String()
+}
