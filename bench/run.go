@@ -69,6 +69,7 @@ type Report struct {
 	Duration string    `json:"attack_duration"`
 	Rows     []Row     `json:"rows"`
 	RSSMiB   float64   `json:"bench_rss_mib_at_peak"`
+	Plots    []string  `json:"plots,omitempty"`
 }
 
 // ErrInvariant marks a run in which the database broke an invariant.
@@ -223,6 +224,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.RSSMiB = rssPeak
 	if cfg.JSONDir != "" {
 		if err := writeJSON(cfg.JSONDir, rep); err != nil {
+			return rep, err
+		}
+		if rep.Plots, err = WritePlots(rep, cfg.JSONDir); err != nil {
 			return rep, err
 		}
 	}

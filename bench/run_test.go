@@ -12,7 +12,7 @@ func TestBenchQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load")
 	}
-	rep, err := Run(context.Background(), Config{Quick: true, Workers: 16})
+	rep, err := Run(context.Background(), Config{Quick: true, Workers: 16, JSONDir: t.TempDir()})
 	if rep != nil {
 		t.Log("\n" + rep.Table())
 	}
@@ -31,6 +31,9 @@ func TestBenchQuick(t *testing.T) {
 		if row.Check != "" && row.Check != "ok" {
 			t.Errorf("%s: %s", row.Name, row.Check)
 		}
+	}
+	if len(rep.Plots) != 2 {
+		t.Errorf("plots %v, want two PNG files", rep.Plots)
 	}
 	if rep.find("redis-down (killed at 1/2)").Outcomes["replayed_db"] == 0 {
 		t.Error("redis-down: nothing replayed from Postgres after the kill")

@@ -101,7 +101,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 			return nil, err
 		}
 		s.stops = append(s.stops, func() { client.Close() })
-		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: cfg.Budget}); err != nil {
+		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: cfg.Budget, LocalEntries: 100_000}); err != nil {
 			return nil, err
 		}
 	}

@@ -88,6 +88,13 @@ type Config struct {
 	// BreakerCooldown later a probe may close it (default 1s).
 	BreakerFailures int
 	BreakerCooldown time.Duration
+	// LocalEntries, when > 0, keeps that many done entries in this process
+	// as well and answers their duplicates without a Redis round trip
+	// (about 350 bytes each). A done entry never changes, so the copy is
+	// always the first answer; LocalTTL (default min(ResultTTL, 10m)) bounds
+	// how long it is kept.
+	LocalEntries int
+	LocalTTL     time.Duration
 	// OnError is called with every Redis error or timeout (for a metric).
 	OnError func(error)
 	// OnBreaker is called when the breaker opens (true) or closes (false).
@@ -103,6 +110,7 @@ type Cache struct {
 	waitBudget time.Duration
 	onError    func(error)
 	breaker    *breaker
+	local      *local  // nil: off
 	node       [8]byte // random per process: owner tokens are node + counter
 	seq        atomic.Uint64
 }
@@ -124,6 +132,9 @@ func New(cfg Config) (*Cache, error) {
 		return nil, errors.New("claimcache: TTLs must be at least 1ms")
 	}
 	c.resultMS = strconv.FormatInt(c.resultTTL.Milliseconds(), 10)
+	if cfg.LocalEntries > 0 {
+		c.local = newLocal(cfg.LocalEntries, min(cmp.Or(cfg.LocalTTL, 10*time.Minute), c.resultTTL))
+	}
 	if _, err := rand.Read(c.node[:]); err != nil {
 		return nil, fmt.Errorf("claimcache: node id: %w", err)
 	}
@@ -210,6 +221,14 @@ func (c *Cache) call(f func() error) error {
 // Claim claims key for a delivery with digest d, or finds what is there, in
 // one round trip (SET NX GET). key is read during the call only.
 func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error) {
+	if c.local != nil {
+		if e, ok := c.local.get(key); ok {
+			if e.digest == d {
+				return Result{Verdict: Done, Response: e.response}, nil
+			}
+			return Result{Verdict: Mismatch}, nil // a done entry never changes
+		}
+	}
 	tok := c.newToken()
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
@@ -233,6 +252,9 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 	r := classify(old, d)
 	if r.Verdict == Busy && old[headerSize:] == string(tok[:]) {
 		return Result{Verdict: Won, Token: tok}, nil // our own write, seen again
+	}
+	if r.Verdict == Done && c.local != nil {
+		c.local.put(key, d, r.Response)
 	}
 	return r, nil
 }
@@ -302,6 +324,9 @@ func (c *Cache) Complete(ctx context.Context, key []byte, d Digest, response []b
 	})
 	if err != nil {
 		return fmt.Errorf("complete: %w", err)
+	}
+	if c.local != nil {
+		c.local.put(key, d, string(response)) // committed: this is the key's answer
 	}
 	return nil
 }

@@ -278,3 +278,38 @@ func TestDeadRedisFailsFast(t *testing.T) {
 		t.Errorf("a call against a dead server took %v on average", d)
 	}
 }
+
+// With LocalEntries, a done entry answers its duplicates from the process:
+// even with Redis flushed, the answer is the committed first one; another
+// digest is a mismatch; after LocalTTL, Redis is asked again.
+func TestLocalDoneEntries(t *testing.T) {
+	ctx := context.Background()
+	mini := miniredis.RunT(t)
+	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{LocalEntries: 128, LocalTTL: 100 * time.Millisecond})
+	k := newKey(t)
+	if r, _ := c.Claim(ctx, k, digest("a")); r.Verdict != claimcache.Won {
+		t.Fatalf("first: %v", r.Verdict)
+	}
+	if err := c.Complete(ctx, k, digest("a"), []byte("answer")); err != nil {
+		t.Fatal(err)
+	}
+	mini.FlushAll()
+	mini.SetError("LOADING down")
+	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Done || r.Response != "answer" {
+		t.Errorf("from the local table with Redis down: %v %q %v", r.Verdict, r.Response, err)
+	}
+	if r, err := c.Claim(ctx, k, digest("b")); err != nil || r.Verdict != claimcache.Mismatch {
+		t.Errorf("other digest: %v %v, want mismatch", r.Verdict, err)
+	}
+	mini.SetError("")
+	time.Sleep(150 * time.Millisecond)
+	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Won {
+		t.Errorf("after LocalTTL (Redis flushed): %v %v, want won from Redis", r.Verdict, err)
+	}
+	// Bounded: many keys evict the oldest.
+	for i := range 1000 {
+		kk := fmt.Appendf(nil, "%s-%d", k, i)
+		c.Claim(ctx, kk, digest("a"))
+		c.Complete(ctx, kk, digest("a"), []byte("x"))
+	}
+}

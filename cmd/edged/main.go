@@ -215,7 +215,10 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 		PendingTTL: cfg.Budget,
 		ResultTTL:  cfg.ResultTTL,
 		WaitBudget: cfg.Budget / 4,
-		OnError:    func(error) { metrics.CacheErrors.Inc() },
+		// Hot duplicates of the last 100k results skip the Redis round trip
+		// (about 35 MB): the profile's biggest cost.
+		LocalEntries: 100_000,
+		OnError:      func(error) { metrics.CacheErrors.Inc() },
 		OnBreaker: func(open bool) {
 			if open {
 				metrics.BreakerOpen.Set(1)
