@@ -186,6 +186,7 @@ var idSeq atomic.Uint64
 // latencies.
 func closedLoop(ctx context.Context, url string, workers int, d time.Duration, src source, t *tally, progress func(int64)) []time.Duration {
 	client := &fasthttp.Client{MaxConnsPerHost: workers * 2, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(d)
 	var sent atomic.Int64
 	lat := make([][]time.Duration, workers)
