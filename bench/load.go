@@ -27,7 +27,7 @@ type payment struct {
 	order, txn string
 }
 
-func (p payment) key() string { return Channel + ":" + p.txn + ":PAY_SUCCESS" }
+func (p payment) key(channel string) string { return channel + ":" + p.txn + ":PAY_SUCCESS" }
 
 func (p payment) body() []byte {
 	return fmt.Appendf(nil, `{"channel_txn_id":%q,"event_type":"PAY_SUCCESS","order_no":%q,"amount":1999,"currency":"CNY"}`, p.txn, p.order)
@@ -144,6 +144,7 @@ func (s *retrySource) next() payment {
 
 // tally counts answers and keeps the keys answered SUCCESS.
 type tally struct {
+	channel  string
 	mu       sync.Mutex
 	codes    map[int]int
 	errors   int
@@ -151,7 +152,9 @@ type tally struct {
 	success  map[string]bool
 }
 
-func newTally() *tally { return &tally{codes: map[int]int{}, success: map[string]bool{}} }
+func newTally(channel string) *tally {
+	return &tally{channel: channel, codes: map[int]int{}, success: map[string]bool{}}
+}
 
 var successPrefix = []byte(`{"code":"SUCCESS"`)
 
@@ -167,15 +170,15 @@ func (t *tally) add(p payment, code int, body []byte, replayed bool, err error) 
 		t.replayed++
 	}
 	if code == http.StatusOK && bytes.HasPrefix(body, successPrefix) {
-		t.success[p.key()] = true
+		t.success[p.key(t.channel)] = true
 	}
 }
 
 // signedHeaders signs body now under a fresh webhook-id.
-func signedHeaders(seq uint64, body []byte) (id, ts, sig string) {
+func signedHeaders(secret string, seq uint64, body []byte) (id, ts, sig string) {
 	now := time.Now().Unix()
 	id = "msg_" + strconv.FormatUint(seq, 36)
-	sig, _ = edge.SignWebhook(Secret, id, now, body)
+	sig, _ = edge.SignWebhook(secret, id, now, body)
 	return id, strconv.FormatInt(now, 10), sig
 }
 
@@ -184,7 +187,7 @@ var idSeq atomic.Uint64
 // closedLoop runs workers that each send the next callback as soon as the
 // last one was answered, for d: the peak a node sustains. It returns the
 // latencies.
-func closedLoop(ctx context.Context, url string, workers int, d time.Duration, src source, t *tally, progress func(int64)) []time.Duration {
+func closedLoop(ctx context.Context, tg *Target, url string, workers int, d time.Duration, src source, t *tally, progress func(int64)) []time.Duration {
 	client := &fasthttp.Client{MaxConnsPerHost: workers * 2, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(d)
@@ -201,9 +204,9 @@ func closedLoop(ctx context.Context, url string, workers int, d time.Duration, s
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				p := src.next()
 				body := p.body()
-				id, ts, sig := signedHeaders(idSeq.Add(1), body)
+				id, ts, sig := signedHeaders(tg.Secret, idSeq.Add(1), body)
 				req.Reset()
-				req.SetRequestURI(url + "/notify/" + Channel)
+				req.SetRequestURI(url + "/notify/" + tg.Channel)
 				req.Header.SetMethod("POST")
 				req.Header.SetContentType("application/json")
 				req.Header.Set("webhook-id", id)

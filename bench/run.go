@@ -28,8 +28,33 @@ import (
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
 
+// Target is the deployment a run attacks.
+type Target struct {
+	// URL is the edge's public base URL (http://host:port).
+	URL string
+	// AdminURL is its admin listener, for /metrics.
+	AdminURL string
+	// DBURL is its database: orders are seeded there under a prefix of the
+	// run's own, and the invariants are checked for them.
+	DBURL string
+	// Secret and Channel are a generic channel configured on it.
+	Secret, Channel string
+
+	stack *Stack // our own stack: the twins, Redis and the ceilings
+}
+
 // Config configures Run.
 type Config struct {
+	// Target is an existing deployment (nil: Run starts its own stack).
+	// Against one, the scenarios that need our own parts (cache-off and
+	// net/http twins, killing Redis, the ceilings on its database) are
+	// skipped.
+	Target *Target
+	// Scenarios, if set, selects scenarios and ceilings by name prefix.
+	Scenarios []string
+	// Rate, if > 0, is the constant rate of the vegeta attacks instead of a
+	// share of the measured peak.
+	Rate int
 	// Duration of each attack (default 10s; Quick: 1s).
 	Duration time.Duration
 	// Workers is the closed-loop concurrency (default 64).
@@ -69,7 +94,10 @@ type Report struct {
 	Duration string    `json:"attack_duration"`
 	Rows     []Row     `json:"rows"`
 	RSSMiB   float64   `json:"bench_rss_mib_at_peak"`
-	Plots    []string  `json:"plots,omitempty"`
+	// RedisBytesPerKey is the cache Redis's used_memory over its keys after
+	// the scenarios (our own stack only).
+	RedisBytesPerKey float64  `json:"redis_bytes_per_key,omitempty"`
+	Plots            []string `json:"plots,omitempty"`
 }
 
 // ErrInvariant marks a run in which the database broke an invariant.
@@ -92,39 +120,61 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			fmt.Fprintf(cfg.Progress, format+"\n", args...)
 		}
 	}
-	say("starting Postgres (fsync on), redis-server and the edge ...")
-	st, err := StartStack(ctx, StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second})
-	if err != nil {
-		return nil, err
+	tg := cfg.Target
+	var st *Stack
+	if tg == nil {
+		say("starting Postgres (fsync on), redis-server and the edge ...")
+		var err error
+		if st, err = StartStack(ctx, StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second}); err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		tg = &Target{URL: st.URL, DBURL: st.DBURL, Secret: Secret, Channel: Channel, stack: st}
 	}
-	defer st.Close()
+	db, err := pgxpool.New(ctx, tg.DBURL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: database: %w", err)
+	}
+	defer db.Close()
+	want := func(name string) bool {
+		if len(cfg.Scenarios) == 0 {
+			return true
+		}
+		for _, s := range cfg.Scenarios {
+			if strings.HasPrefix(name, s) {
+				return true
+			}
+		}
+		return false
+	}
 	// Enough fresh orders that no "first" attack runs out (about 30k first
 	// deliveries per attack-second in all, generously).
 	poolSize := max(60_000, int(cfg.Duration.Seconds()*40_000))
 	say("seeding %d orders ...", poolSize)
+	prefix := "B" + time.Now().UTC().Format("150405") // a run's own orders, also on a shared database
 	orders := make([]durabletest.Order, poolSize)
 	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf("B-%07d", i), Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
+		orders[i] = durabletest.Order{No: fmt.Sprintf("%s-%07d", prefix, i), Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
 	}
-	if err := durabletest.SeedOrders(ctx, st.DBURL, orders); err != nil {
+	if err := durabletest.SeedOrders(ctx, tg.DBURL, orders); err != nil {
 		return nil, err
 	}
-	p := &pool{prefix: "B", size: int64(poolSize)}
+	p := &pool{prefix: prefix, size: int64(poolSize)}
 	rep := &Report{When: time.Now().UTC(), Machine: machine(), Duration: cfg.Duration.String()}
 	var rssPeak float64
 	closed := func(name, url string, src source, check bool) (Row, error) {
-		t := newTally()
-		before := outcomes(st)
+		t := newTally(tg.Channel)
+		before := outcomes(tg)
 		start := time.Now()
-		lat := closedLoop(ctx, url, cfg.Workers, cfg.Duration, src, t, liveLine(cfg.Progress, name, start))
+		lat := closedLoop(ctx, tg, url, cfg.Workers, cfg.Duration, src, t, liveLine(cfg.Progress, name, start))
 		elapsed := time.Since(start)
 		rssPeak = max(rssPeak, rssMiB())
 		row := Row{Name: name, Driver: fmt.Sprintf("closed-loop %d", cfg.Workers), Requests: len(lat),
 			ReqPerSec: float64(len(lat)) / elapsed.Seconds(), Lat: percentilesOf(lat), Errors: t.errors, Codes: t.codes,
-			Outcomes: diff(outcomes(st), before)}
+			Outcomes: diff(outcomes(tg), before)}
 		if check {
 			row.Check = "ok"
-			if err := invariants(ctx, st, t); err != nil {
+			if err := invariants(ctx, db, tg.Channel, prefix, t); err != nil {
 				row.Check = err.Error()
 				return row, err
 			}
@@ -132,11 +182,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return row, nil
 	}
 	rate := func(name, url string, perSec int, src source) (Row, error) {
-		t := newTally()
-		before := outcomes(st)
-		row := openLoop(ctx, name, url, perSec, cfg.Duration, src, t, cfg.Progress)
-		row.Outcomes, row.Check = diff(outcomes(st), before), "ok"
-		if err := invariants(ctx, st, t); err != nil {
+		if cfg.Rate > 0 {
+			perSec = cfg.Rate
+		}
+		t := newTally(tg.Channel)
+		before := outcomes(tg)
+		row := openLoop(ctx, tg, name, url, perSec, cfg.Duration, src, t, cfg.Progress)
+		row.Outcomes, row.Check = diff(outcomes(tg), before), "ok"
+		if err := invariants(ctx, db, tg.Channel, prefix, t); err != nil {
 			row.Check = err.Error()
 			return row, err
 		}
@@ -164,47 +217,79 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return err
 	}
 
-	// The scenarios.
-	first, err := closed("first", st.URL, &firstSource{p}, true)
-	if err := add(first, err); err != nil {
-		return rep, err
+	// The scenarios. first and hotdup also set the rates of the
+	// constant-rate attacks.
+	var firstPeak, hotPeak float64 = 1000, 2000
+	run := func(name string, own bool, f func() (Row, error)) error {
+		if !want(name) || (own && st == nil) {
+			return nil
+		}
+		return add(f())
 	}
-	hot, err := closed("hotdup (cache on)", st.URL, &dupSource{p: p, dupPct: 90}, true)
-	if err := add(hot, err); err != nil {
-		return rep, err
+	steps := []struct {
+		name string
+		own  bool // needs our own stack
+		f    func() (Row, error)
+	}{
+		{"first", false, func() (Row, error) {
+			r, err := closed("first", tg.URL, &firstSource{p}, true)
+			firstPeak = r.ReqPerSec
+			return r, err
+		}},
+		{"hotdup (cache on)", false, func() (Row, error) {
+			r, err := closed("hotdup (cache on)", tg.URL, &dupSource{p: p, dupPct: 90}, true)
+			hotPeak = r.ReqPerSec
+			return r, err
+		}},
+		{"hotdup (cache off)", true, func() (Row, error) {
+			return closed("hotdup (cache off)", st.URLNoCache, &dupSource{p: p, dupPct: 90}, true)
+		}},
+		{"hotdup (net/http edge)", true, func() (Row, error) {
+			return closed("hotdup (net/http edge)", st.URLNetHTTP, &dupSource{p: p, dupPct: 90}, true)
+		}},
+		{"storm (64 copies a key)", false, func() (Row, error) {
+			return closed("storm (64 copies a key)", tg.URL, &stormSource{p: p, copies: 64}, true)
+		}},
+		{"first at 80% of peak", false, func() (Row, error) {
+			return rate("first at 80% of peak", tg.URL, max(int(firstPeak*0.8), 10), &firstSource{p})
+		}},
+		{"hotdup at 50% of peak", false, func() (Row, error) {
+			return rate("hotdup at 50% of peak", tg.URL, max(int(hotPeak*0.5), 10), &dupSource{p: p, dupPct: 90})
+		}},
+		{"retry-schedule (x100)", false, func() (Row, error) {
+			return rate("retry-schedule (x100)", tg.URL, max(int(firstPeak*0.3), 10), newRetrySource(p, 100))
+		}},
+		{"redis-down (killed at 1/2)", true, func() (Row, error) {
+			// Redis stopped halfway through a hot-duplicate load.
+			go func() {
+				time.Sleep(cfg.Duration / 2)
+				st.Redis.Kill()
+			}()
+			r, err := closed("redis-down (killed at 1/2)", tg.URL, &dupSource{p: p, dupPct: 90}, true)
+			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if rerr := st.Redis.Restart(rctx); rerr != nil && err == nil {
+				err = rerr
+			}
+			return r, err
+		}},
 	}
-	if err := add(closed("hotdup (cache off)", st.URLNoCache, &dupSource{p: p, dupPct: 90}, true)); err != nil {
-		return rep, err
+	for _, step := range steps {
+		if err := run(step.name, step.own, step.f); err != nil {
+			return rep, err
+		}
 	}
-	if err := add(closed("hotdup (net/http edge)", st.URLNetHTTP, &dupSource{p: p, dupPct: 90}, true)); err != nil {
-		return rep, err
-	}
-	if err := add(closed("storm (64 copies a key)", st.URL, &stormSource{p: p, copies: 64}, true)); err != nil {
-		return rep, err
-	}
-	if err := add(rate("first at 80% of peak", st.URL, max(int(first.ReqPerSec*0.8), 10), &firstSource{p})); err != nil {
-		return rep, err
-	}
-	if err := add(rate("hotdup at 50% of peak", st.URL, max(int(hot.ReqPerSec*0.5), 10), &dupSource{p: p, dupPct: 90})); err != nil {
-		return rep, err
-	}
-	if err := add(rate("retry-schedule (x100)", st.URL, max(int(first.ReqPerSec*0.3), 10), newRetrySource(p, 100))); err != nil {
-		return rep, err
-	}
-	// Redis stopped halfway through a hot-duplicate load.
-	go func() {
-		time.Sleep(cfg.Duration / 2)
-		st.Redis.Kill()
-	}()
-	down, err := closed("redis-down (killed at 1/2)", st.URL, &dupSource{p: p, dupPct: 90}, true)
-	if err := add(down, err); err != nil {
-		return rep, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	err = st.Redis.Restart(rctx)
-	cancel()
-	if err != nil {
-		return rep, err
+
+	if st != nil {
+		rdb := redis.NewClient(&redis.Options{Addr: st.Redis.Addr()})
+		info, _ := rdb.InfoMap(ctx, "memory").Result()
+		keys, _ := rdb.DBSize(ctx).Result()
+		rdb.Close()
+		var used float64
+		fmt.Sscan(info["Memory"]["used_memory"], &used)
+		if keys > 0 {
+			rep.RedisBytesPerKey = used / float64(keys)
+		}
 	}
 
 	// The ceilings, same driver and concurrency.
@@ -213,27 +298,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return rep, err
 	}
 	defer noop.Close()
-	add(closed("ceiling: no-op fasthttp", "http://"+noop.Addr().String(), &firstSource{&pool{prefix: "N", size: 1 << 40}}, false))
-	rdb := redis.NewClient(&redis.Options{Addr: st.Redis.Addr(), PoolSize: 128, MaxRetries: -1})
-	defer rdb.Close()
-	setnx, err := serveFast(func(c *fasthttp.RequestCtx) {
-		h := fnv.New32a()
-		h.Write(c.PostBody())
-		v, err := rdb.SetArgs(context.Background(), fmt.Sprintf("ceil:{%d}", h.Sum32()%1000), "x", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			c.SetStatusCode(503)
-			return
-		}
-		c.SetStatusCode(200)
-		c.SetBodyString(v)
-	})
-	if err != nil {
-		return rep, err
+	if want("ceiling: no-op fasthttp") {
+		add(closed("ceiling: no-op fasthttp", "http://"+noop.Addr().String(), &firstSource{&pool{prefix: "N", size: 1 << 40}}, false))
 	}
-	defer setnx.Close()
-	add(closed("ceiling: fasthttp + SET NX GET", "http://"+setnx.Addr().String(), &firstSource{&pool{prefix: "S", size: 1 << 40}}, false))
-	add(rawPgx(ctx, st, cfg, p, say))
-	add(vegetaCeiling(ctx, "http://"+noop.Addr().String(), cfg.Workers, cfg.Duration, cfg.Progress))
+	if st != nil && want("ceiling: fasthttp + SET NX GET") {
+		rdb := redis.NewClient(&redis.Options{Addr: st.Redis.Addr(), PoolSize: 128, MaxRetries: -1})
+		defer rdb.Close()
+		setnx, err := serveFast(func(c *fasthttp.RequestCtx) {
+			h := fnv.New32a()
+			h.Write(c.PostBody())
+			v, err := rdb.SetArgs(context.Background(), fmt.Sprintf("ceil:{%d}", h.Sum32()%1000), "x", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				c.SetStatusCode(503)
+				return
+			}
+			c.SetStatusCode(200)
+			c.SetBodyString(v)
+		})
+		if err != nil {
+			return rep, err
+		}
+		defer setnx.Close()
+		add(closed("ceiling: fasthttp + SET NX GET", "http://"+setnx.Addr().String(), &firstSource{&pool{prefix: "S", size: 1 << 40}}, false))
+	}
+	if st != nil && want("ceiling: raw pgx pipelined") {
+		add(rawPgx(ctx, st, cfg, p, say))
+	}
+	if want("ceiling: vegeta vs no-op") {
+		add(vegetaCeiling(ctx, tg, "http://"+noop.Addr().String(), cfg.Workers, cfg.Duration, cfg.Progress))
+	}
 	rep.RSSMiB = rssPeak
 	if cfg.JSONDir != "" {
 		if err := writeJSON(cfg.JSONDir, rep); err != nil {
@@ -248,21 +341,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // openLoop is vegeta's constant-rate attack: the pace does not wait for
 // answers, so latency is measured without coordinated omission.
-func openLoop(ctx context.Context, name, base string, perSec int, d time.Duration, src source, t *tally, progress io.Writer) Row {
-	return openLoopWorkers(ctx, name, base, perSec, 512, d, src, t, progress)
+func openLoop(ctx context.Context, tg *Target, name, base string, perSec int, d time.Duration, src source, t *tally, progress io.Writer) Row {
+	return openLoopWorkers(ctx, tg, name, base, perSec, 512, d, src, t, progress)
 }
 
-func openLoopWorkers(ctx context.Context, name, base string, perSec, maxWorkers int, d time.Duration, src source, t *tally, progress io.Writer) Row {
+func openLoopWorkers(ctx context.Context, tg *Target, name, base string, perSec, maxWorkers int, d time.Duration, src source, t *tally, progress io.Writer) Row {
 	var byID sync.Map // "?p=" index -> payment, to know each answer's key
 	var seq atomic.Int64
 	targeter := func(tgt *vegeta.Target) error {
 		p := src.next()
 		body := p.body()
-		id, ts, sig := signedHeaders(idSeq.Add(1), body)
+		id, ts, sig := signedHeaders(tg.Secret, idSeq.Add(1), body)
 		n := seq.Add(1)
 		byID.Store(n, p)
 		tgt.Method, tgt.Body = http.MethodPost, body
-		tgt.URL = base + "/notify/" + Channel + "?p=" + fmt.Sprint(n)
+		tgt.URL = base + "/notify/" + tg.Channel + "?p=" + fmt.Sprint(n)
 		tgt.Header = http.Header{"Content-Type": {"application/json"}, "Webhook-Id": {id}, "Webhook-Timestamp": {ts}, "Webhook-Signature": {sig}}
 		return nil
 	}
@@ -307,9 +400,9 @@ func openLoopWorkers(ctx context.Context, name, base string, perSec, maxWorkers 
 
 // vegetaCeiling is vegeta's own limit: as fast as it can against a no-op
 // server (the figures above it are bounded by this generator).
-func vegetaCeiling(ctx context.Context, base string, workers int, d time.Duration, progress io.Writer) (Row, error) {
-	t := newTally()
-	row := openLoopWorkers(ctx, "ceiling: vegeta vs no-op", base, 0, workers, d, &firstSource{&pool{prefix: "V", size: 1 << 40}}, t, progress)
+func vegetaCeiling(ctx context.Context, tg *Target, base string, workers int, d time.Duration, progress io.Writer) (Row, error) {
+	t := newTally(tg.Channel)
+	row := openLoopWorkers(ctx, tg, "ceiling: vegeta vs no-op", base, 0, workers, d, &firstSource{&pool{prefix: "V", size: 1 << 40}}, t, progress)
 	row.Driver = fmt.Sprintf("vegeta max, %d workers", workers)
 	return row, nil
 }
@@ -373,15 +466,16 @@ func serveFast(h fasthttp.RequestHandler) (net.Listener, error) {
 	return ln, nil
 }
 
-// invariants checks by SQL what must hold whatever the load did: no order
-// moved twice, one outbox row per applied transition, every SUCCESS answered
-// has a DONE claim.
-func invariants(ctx context.Context, st *Stack, t *tally) error {
+// invariants checks by SQL, for this run's orders, what must hold whatever
+// the load did: no order moved twice, one outbox row per applied
+// transition, every SUCCESS answered has a DONE claim.
+func invariants(ctx context.Context, db *pgxpool.Pool, channel, prefix string, t *tally) error {
 	var twice, outbox, applied int
-	err := st.DB.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM (SELECT order_no FROM outbox WHERE topic = 'ORDER_PAID' GROUP BY order_no HAVING count(*) > 1) x),
-		(SELECT count(*) FROM outbox WHERE topic = 'ORDER_PAID'),
-		(SELECT count(*) FROM notify_claim WHERE claim_state = 'DONE' AND result_json LIKE '%"outcome":"applied"%')`).Scan(&twice, &outbox, &applied)
+	err := db.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM (SELECT order_no FROM outbox WHERE topic = 'ORDER_PAID' AND order_no LIKE $1 GROUP BY order_no HAVING count(*) > 1) x),
+		(SELECT count(*) FROM outbox WHERE topic = 'ORDER_PAID' AND order_no LIKE $1),
+		(SELECT count(*) FROM notify_claim WHERE claim_state = 'DONE' AND biz_key LIKE $2 AND result_json LIKE '%"outcome":"applied"%')`,
+		prefix+"-%", channel+":TX"+prefix+"-%").Scan(&twice, &outbox, &applied)
 	if err != nil {
 		return fmt.Errorf("invariants: %w", err)
 	}
@@ -396,7 +490,7 @@ func invariants(ctx context.Context, st *Stack, t *tally) error {
 		keys = append(keys, k)
 	}
 	var done int
-	if err := st.DB.QueryRow(ctx, `SELECT count(*) FROM notify_claim WHERE claim_state = 'DONE' AND biz_key = ANY($1)`, keys).Scan(&done); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM notify_claim WHERE claim_state = 'DONE' AND biz_key = ANY($1)`, keys).Scan(&done); err != nil {
 		return fmt.Errorf("invariants: %w", err)
 	}
 	if done != len(keys) {
@@ -405,11 +499,14 @@ func invariants(ctx context.Context, st *Stack, t *tally) error {
 	return nil
 }
 
-// outcomes reads notifyedge_requests_total by outcome from the edge's
-// metrics.
-func outcomes(st *Stack) map[string]int {
+// outcomes reads notifyedge_requests_total by outcome: from our own edge's
+// registry, or from an existing deployment's /metrics.
+func outcomes(tg *Target) map[string]int {
 	out := map[string]int{}
-	mfs, err := st.Metrics.Registry.Gather()
+	if tg.stack == nil {
+		return scrapeOutcomes(tg.AdminURL)
+	}
+	mfs, err := tg.stack.Metrics.Registry.Gather()
 	if err != nil {
 		return out
 	}
@@ -420,6 +517,33 @@ func outcomes(st *Stack) map[string]int {
 		for _, m := range mf.GetMetric() {
 			out[label(m, "outcome")] += int(m.GetCounter().GetValue())
 		}
+	}
+	return out
+}
+
+// scrapeOutcomes parses notifyedge_requests_total lines of a /metrics page.
+func scrapeOutcomes(admin string) map[string]int {
+	out := map[string]int{}
+	if admin == "" {
+		return out
+	}
+	resp, err := http.Get(strings.TrimSuffix(admin, "/") + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "notifyedge_requests_total{")
+		if !ok {
+			continue
+		}
+		_, after, _ := strings.Cut(rest, `outcome="`)
+		outcome, tail, _ := strings.Cut(after, `"`)
+		_, value, _ := strings.Cut(tail, "} ")
+		var n float64
+		fmt.Sscan(value, &n)
+		out[outcome] += int(n)
 	}
 	return out
 }

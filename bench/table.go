@@ -83,6 +83,9 @@ func (r *Report) Table() string {
 	for _, q := range r.Ratios() {
 		fmt.Fprintf(&b, "  %-52s %6.2f   target %s\n", q.Name, q.Value, q.Target)
 	}
-	fmt.Fprintf(&b, "\nbench process RSS at peak (edge in process): %.0f MiB\n", r.RSSMiB)
+	fmt.Fprintf(&b, "\nbench process RSS at peak (the edge runs in it): %.0f MiB\n", r.RSSMiB)
+	if r.RedisBytesPerKey > 0 {
+		fmt.Fprintf(&b, "cache Redis after the scenarios: %.0f bytes of used_memory per key (stream and baseline included)\n", r.RedisBytesPerKey)
+	}
 	return b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/notifyedge/notifyedge/bench"
@@ -67,11 +68,29 @@ func run(args []string) {
 	duration := fs.Duration("duration", 0, "length of each attack (default 10s, -quick 1s)")
 	workers := fs.Int("workers", 64, "closed-loop concurrency")
 	quick := fs.Bool("quick", false, "a few seconds in all, on a small stack (the smoke test)")
-	out := fs.String("out", "bench/results", "directory for the run's JSON file")
+	out := fs.String("out", "bench/results", "directory for the run's JSON file and plots")
+	scenario := fs.String("scenario", "", "comma-separated scenario or ceiling names (prefixes), e.g. first,hotdup (default all)")
+	rate := fs.Int("rate", 0, "constant rate of the vegeta attacks (default: a share of the measured peak)")
+	target := fs.String("target", "", "an existing edge's public URL (default: start our own stack)")
+	admin := fs.String("admin", "", "with -target: its admin URL, for /metrics")
+	db := fs.String("db", os.Getenv("DATABASE_URL"), "with -target: its DATABASE_URL (orders are seeded under a prefix of this run's own)")
+	secret := fs.String("secret", os.Getenv("EDGE_SIGN_SECRET"), "with -target: a generic channel's secret (EDGE_SIGN_SECRET)")
+	channel := fs.String("channel", "bench", "with -target: that channel's name")
 	fs.Parse(args)
+	cfg := bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr, Rate: *rate}
+	if *scenario != "" {
+		cfg.Scenarios = strings.Split(*scenario, ",")
+	}
+	if *target != "" {
+		if *db == "" || *secret == "" {
+			fmt.Fprintln(os.Stderr, "edgebench: -target needs -db and -secret")
+			os.Exit(2)
+		}
+		cfg.Target = &bench.Target{URL: *target, AdminURL: *admin, DBURL: *db, Secret: *secret, Channel: *channel}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	rep, err := bench.Run(ctx, bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr})
+	rep, err := bench.Run(ctx, cfg)
 	if rep != nil {
 		fmt.Print(rep.Table())
 	}
