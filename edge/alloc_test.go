@@ -34,8 +34,3 @@ func TestGenericParseDoesNotAllocate(t *testing.T) {
 		t.Errorf("Parse allocates %v times per request, want 0", allocs)
 	}
 }
-
-// headerBytes is a HeaderReader that, like fasthttp's, returns stored bytes.
-type headerBytes map[string][]byte
-
-func (h headerBytes) Peek(name string) []byte { return h[name] }

@@ -12,6 +12,11 @@ type headerMap map[string]string
 
 func (h headerMap) Peek(name string) []byte { return []byte(h[name]) }
 
+// headerBytes is a HeaderReader that, like fasthttp's, returns stored bytes.
+type headerBytes map[string][]byte
+
+func (h headerBytes) Peek(name string) []byte { return h[name] }
+
 const fuzzSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // FuzzNotify feeds the generic adapter's parse+verify with arbitrary
