@@ -34,9 +34,18 @@ func channels(tb testing.TB) (*WeChatPaySigner, *WeChatPay, *AlipaySigner, *Alip
 	return testKeys.wx, testKeys.wxChan, testKeys.ali, testKeys.aliCh, testKeys.now
 }
 
-// checkAccepted asserts what every adapter must guarantee of an accepted
-// delivery.
-func checkAccepted(t *testing.T, d *Delivery) {
+// checkParsed asserts what every adapter guarantees of a Parse: a refusal
+// is an authentication, body or merchant failure, and an accepted delivery
+// satisfies the field rules.
+func checkParsed(t *testing.T, rej *Reject, d *Delivery) {
+	if rej != nil {
+		switch rej.Outcome {
+		case OutcomeBadSignature, OutcomeBadRequest, OutcomeMerchantMismatch:
+		default:
+			t.Fatalf("rejection outcome %v", rej.Outcome)
+		}
+		return
+	}
 	if !printableASCII(d.TxnID, 64) || !printableASCII(d.OrderNo, 64) || !isCurrency(d.Currency) ||
 		d.Amount <= 0 || d.Amount > maxSafeInteger || !channelEvent(d.Event) || len(d.Key) > 160 {
 		t.Fatalf("accepted a delivery that breaks the field rules: %q %q %q %d %q", d.TxnID, d.OrderNo, d.Currency, d.Amount, d.Event)
@@ -73,15 +82,7 @@ func FuzzWeChat(f *testing.F) {
 		}
 		req := Request{Channel: []byte("wx"), ContentType: []byte("application/json"), Body: body, Header: h}
 		var d Delivery
-		if rej := ch.Parse(&req, &d); rej != nil {
-			switch rej.Outcome {
-			case OutcomeBadSignature, OutcomeBadRequest, OutcomeMerchantMismatch:
-			default:
-				t.Fatalf("rejection outcome %v", rej.Outcome)
-			}
-			return
-		}
-		checkAccepted(t, &d)
+		checkParsed(t, ch.Parse(&req, &d), &d)
 	})
 }
 
@@ -109,15 +110,7 @@ func FuzzAlipay(f *testing.F) {
 		}
 		req := Request{Channel: []byte("ali"), ContentType: []byte("application/x-www-form-urlencoded"), Body: body, Header: headerMap{}}
 		var d Delivery
-		if rej := ch.Parse(&req, &d); rej != nil {
-			switch rej.Outcome {
-			case OutcomeBadSignature, OutcomeBadRequest, OutcomeMerchantMismatch:
-			default:
-				t.Fatalf("rejection outcome %v", rej.Outcome)
-			}
-			return
-		}
-		checkAccepted(t, &d)
+		checkParsed(t, ch.Parse(&req, &d), &d)
 	})
 }
 

@@ -114,9 +114,7 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = 'O-g' FOR UPDATE`)
 	answered := make(chan reply, 1)
 	go func() { answered <- b.post(t, body("T-g", "PAY_SUCCESS", "O-g", 1999)) }()
-	for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	b.waitForLockWaiters(t, 1)
 	shut := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
