@@ -126,6 +126,12 @@ func TestAlipay(t *testing.T) {
 	if after := b.counts(t); after.reviews != before.reviews+1 || after.claims != before.claims || b.status(t, "AL-3") != "PENDING_PAY" {
 		t.Errorf("seller mismatch stored %+v -> %+v", before, after)
 	}
+	if got := b.metric(t, `notifyedge_request_duration_seconds_count{channel="ali",path="durable"}`); got < 1 {
+		t.Errorf("merchant mismatch not timed on the durable path")
+	}
+	if got := b.metric(t, `notifyedge_request_duration_seconds_count{channel="ali",path="cache"}`); got != 0 {
+		t.Errorf("%v requests timed on the cache path with no cache configured", got)
+	}
 
 	// TRADE_CLOSED on a paid order is its full refund.
 	if got := b.sendAli(t, signer, aliParams("2026120222001", "AL-1", "19.99", "TRADE_CLOSED")); got.body != "success" || b.status(t, "AL-1") != "REFUNDED" {

@@ -48,13 +48,13 @@ type exchange struct {
 	cached   []byte // the answer as the cache stores it
 }
 
-var exchanges = sync.Pool{New: func() any { return &exchange{body: make([]byte, 0, 256)} }}
+var exchanges = sync.Pool{New: func() any { return &exchange{body: make([]byte, 0, 256), path: PathRejected} }}
 
 func getExchange() *exchange { return exchanges.Get().(*exchange) }
 
 func putExchange(x *exchange) {
 	x.d.Reset()
-	*x = exchange{d: x.d, body: x.body[:0], cached: x.cached[:0]}
+	*x = exchange{d: x.d, body: x.body[:0], cached: x.cached[:0], path: PathRejected}
 	exchanges.Put(x)
 }
 
@@ -71,6 +71,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 	if rej := ch.Parse(&x.req, &x.d); rej != nil {
 		if rej.Outcome == OutcomeMerchantMismatch {
 			// Authentic, but for another merchant or app: a human must look.
+			x.path = PathDurable
 			ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
 			err := s.authority.RecordReview(ctx, s.notification(x), durable.ReviewMerchantMismatch)
 			cancel()
