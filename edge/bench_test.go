@@ -55,7 +55,7 @@ func benchEdgeCounted(b *testing.B, opts ...benchOpt) (*fasthttp.Client, string,
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { client.Close() })
-			cc, err := claimcache.New(claimcache.Config{Client: client, PendingTTL: 5 * time.Second})
+			cc, err := claimcache.New(claimcache.Config{Client: client, PendingTTL: 5 * time.Second, LocalEntries: 100_000})
 			if err != nil {
 				b.Fatal(err)
 			}
