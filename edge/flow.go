@@ -1,8 +1,10 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -148,12 +150,35 @@ func (s *Server) decide(start time.Time, x *exchange) {
 
 // process asks the authority, under what is left of the budget less a
 // margin to write the answer: past it the answer is 503 and the channel
-// retries.
+// retries. The call runs on its own goroutine so that the budget holds even
+// when the database client needs longer to give up (pgx waits for its
+// cancel request, which a slow network delays too): at the hard stop the
+// edge answers 503 and abandons the call. Whatever the call commits after
+// that is correct: the claim makes the channel's retry a replay.
 func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 	x.path = PathDurable
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
-	defer cancel()
-	return s.authority.Process(ctx, s.notification(x))
+	n := s.notification(x)
+	n.RawBody = bytes.Clone(n.RawBody) // the call may outlive the request
+	deadline := start.Add(s.durableBudget)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	type answer struct {
+		r   durable.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		defer cancel()
+		r, err := s.authority.Process(ctx, n)
+		done <- answer{r, err}
+	}()
+	stop := time.NewTimer(time.Until(start.Add(s.hardStop)))
+	defer stop.Stop()
+	select {
+	case a := <-done:
+		return a.r, a.err
+	case <-stop.C:
+		return durable.Result{}, fmt.Errorf("process %s: %w (the call is abandoned)", n.BizKey, context.DeadlineExceeded)
+	}
 }
 
 // notification copies the delivery out of request-scoped bytes.

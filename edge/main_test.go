@@ -58,7 +58,10 @@ type options struct {
 	wrapCache  func(edge.Cache) edge.Cache
 	// dbURL shares another bundle's database (two nodes).
 	dbURL string
-	redis *claimcachetest.Server
+	// redisURL, with cache, is where the cache client connects (a proxy in
+	// front of the test's redis-server).
+	redisURL string
+	redis    *claimcachetest.Server
 	// channels are configured beside acme.
 	channels []edge.Channel
 }
@@ -109,7 +112,7 @@ func setup(t testing.TB, o options) *bundle {
 			}
 			t.Cleanup(redisSrv.Stop)
 		}
-		client, err := claimcache.NewClient(redisSrv.URL(), 25*time.Millisecond, 128)
+		client, err := claimcache.NewClient(cmp.Or(o.redisURL, redisSrv.URL()), 25*time.Millisecond, 128)
 		if err != nil {
 			t.Fatal(err)
 		}

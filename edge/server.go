@@ -49,7 +49,8 @@ type Server struct {
 	authority     Authority
 	cache         Cache
 	budget        time.Duration
-	durableBudget time.Duration
+	durableBudget time.Duration // the durable step's deadline
+	hardStop      time.Duration // past it the edge answers 503 whatever the database does
 	maxBody       int
 	metrics       *Metrics
 	log           *slog.Logger
@@ -87,7 +88,9 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(names)
 	}
-	s.durableBudget = s.budget - min(s.budget/10, 20*time.Millisecond)
+	margin := min(s.budget/10, 20*time.Millisecond)
+	s.durableBudget = s.budget - margin
+	s.hardStop = s.budget - margin/2
 	s.fast = &fasthttp.Server{
 		Handler:                       s.HandleFastHTTP,
 		ErrorHandler:                  s.handleFastError,

@@ -1,0 +1,128 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+)
+
+// proxy puts an in-process toxiproxy in front of upstream.
+func proxy(t *testing.T, name, upstream string) *toxiproxy.Proxy {
+	t.Helper()
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+func addLatency(t *testing.T, p *toxiproxy.Proxy, ms int) {
+	t.Helper()
+	for _, stream := range []string{"downstream", "upstream"} {
+		_, err := p.Toxics.AddToxicJson(strings.NewReader(fmt.Sprintf(
+			`{"name":"slow_%s","type":"latency","stream":%q,"attributes":{"latency":%d}}`, stream, stream, ms)))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func removeLatency(t *testing.T, p *toxiproxy.Proxy) {
+	t.Helper()
+	for _, stream := range []string{"downstream", "upstream"} {
+		if err := p.Toxics.RemoveToxic(context.Background(), "slow_"+stream); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Redis slow (200 ms a round trip, far past the 25 ms call timeout): every
+// duplicate is still answered right, by Postgres, within the budget, and
+// the breaker stops paying the timeout; once Redis is fast again, the cache
+// answers again.
+func TestRedisSlow(t *testing.T) {
+	rs, err := claimcachetest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop)
+	px := proxy(t, "redis", rs.Addr())
+	b := setup(t, options{budget: 500 * time.Millisecond, redis: rs, redisURL: "redis://" + px.Listen + "/0"})
+	payloads := b.seedPaid(t, "RS", 20)
+	want := `{"code":"SUCCESS","outcome":"applied","status":"PAID"}`
+	addLatency(t, px, 200)
+	for round := range 3 {
+		for _, p := range payloads {
+			start := time.Now()
+			r := b.post(t, p)
+			if r.status != 200 || r.body != want || !r.replayed {
+				t.Fatalf("round %d: %+v", round, r)
+			}
+			if d := time.Since(start); d > 500*time.Millisecond {
+				t.Errorf("answered after %v with a 500 ms budget", d)
+			}
+		}
+	}
+	if b.metric(t, `notifyedge_cache_breaker_open`) != 1 || b.metric(t, `notifyedge_cache_errors_total`) == 0 {
+		t.Error("the breaker did not open on a slow Redis")
+	}
+	if got := b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_db"}`); got != 60 {
+		t.Errorf("replayed_db = %v, want 60", got)
+	}
+	removeLatency(t, px)
+	time.Sleep(300 * time.Millisecond) // past the breaker's cooldown
+	deadline := time.Now().Add(5 * time.Second)
+	for b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_cache"}`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the cache never answered again once Redis was fast")
+		}
+		b.post(t, payloads[0])
+	}
+}
+
+// Postgres slow past the budget (300 ms a round trip, budget 200 ms): the
+// answer is 503 within budget + 100 ms; whatever committed is correct, and
+// the retry once Postgres is fast again gets SUCCESS with exactly one
+// outbox row.
+func TestPostgresSlowPastBudget(t *testing.T) {
+	c := durabletest.Shared(t)
+	name := durabletest.CreateDatabase(t, true)
+	px := proxy(t, "postgres", c.TCPAddr())
+	b := setup(t, options{budget: 200 * time.Millisecond, dbURL: durabletest.TCPURL(px.Listen, name)})
+	b.order(t, "O-slow", durable.PendingPay, 1999)
+	payload := body("T-slow", "PAY_SUCCESS", "O-slow", 1999)
+	addLatency(t, px, 300)
+	start := time.Now()
+	r := b.post(t, payload)
+	if d := time.Since(start); r.status != 503 || d > 300*time.Millisecond {
+		t.Errorf("slow Postgres: %d %s after %v, want 503 within 300 ms", r.status, r.body, d)
+	}
+	removeLatency(t, px)
+	deadline := time.Now().Add(10 * time.Second)
+	var retry reply
+	for {
+		retry = b.post(t, payload)
+		if retry.status == 200 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the pool replaces the connections it closed
+	}
+	if retry.status != 200 || retry.body != `{"code":"SUCCESS","outcome":"applied","status":"PAID"}` {
+		t.Fatalf("retry: %+v", retry)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE order_no = 'O-slow'`); n != 1 {
+		t.Errorf("outbox rows %d, want 1", n)
+	}
+}
