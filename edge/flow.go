@@ -162,19 +162,28 @@ func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 	deadline := start.Add(s.durableBudget)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	type answer struct {
-		r   durable.Result
-		err error
+		r        durable.Result
+		err      error
+		panicked any
 	}
 	done := make(chan answer, 1)
 	go func() {
 		defer cancel()
+		defer func() {
+			if p := recover(); p != nil {
+				done <- answer{panicked: p} // re-raised on the handler's goroutine, which recovers it
+			}
+		}()
 		r, err := s.authority.Process(ctx, n)
-		done <- answer{r, err}
+		done <- answer{r: r, err: err}
 	}()
 	stop := time.NewTimer(time.Until(start.Add(s.hardStop)))
 	defer stop.Stop()
 	select {
 	case a := <-done:
+		if a.panicked != nil {
+			panic(a.panicked)
+		}
 		return a.r, a.err
 	case <-stop.C:
 		return durable.Result{}, fmt.Errorf("process %s: %w (the call is abandoned)", n.BizKey, context.DeadlineExceeded)
