@@ -96,6 +96,28 @@ func TestCacheHitAllocations(t *testing.T) {
 	if handler-bare > 2 {
 		t.Errorf("the cache-hit path allocates %.0f times beyond the libraries' %.0f (want at most 2)", handler-bare, bare)
 	}
+
+	// With the per-node table of done entries (as edged runs), a hot
+	// duplicate makes no Redis call and allocates nothing at all.
+	local, _ := claimcache.New(claimcache.Config{Client: client, LocalEntries: 1024})
+	if err := local.Complete(context.Background(), d.Key, d.Sum, stored); err != nil {
+		t.Fatal(err)
+	}
+	sl, err := New(Config{Channels: []Channel{g}, Authority: noAuthority{t}, Cache: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	localHit := func() {
+		ctx.Response.Reset()
+		sl.HandleFastHTTP(&ctx)
+	}
+	localHit()
+	if string(ctx.Response.Body()) != answer || string(ctx.Response.Header.Peek("Idempotent-Replayed")) != "true" {
+		t.Fatalf("not a local hit: %s", ctx.Response.Body())
+	}
+	if n := testing.AllocsPerRun(500, localHit); n != 0 {
+		t.Errorf("the local-hit path allocates %.0f times per request, want 0", n)
+	}
 }
 
 func formatUnix(t time.Time) string {
