@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
 )
 
@@ -153,15 +152,13 @@ func RunIncident(ctx context.Context, cfg IncidentConfig) (IncidentReport, error
 	defer naiveSrv.Close()
 	naiveURL := "http://" + ln.Addr().String() + "/notify/" + Channel
 
-	orders := make([]durabletest.Order, cfg.Orders)
-	naiveRows := make([][]any, cfg.Orders)
-	for i := range orders {
-		no := fmt.Sprintf("INC-%05d", i)
-		orders[i] = durabletest.Order{No: no, Status: "PENDING_PAY", Amount: 4200, Currency: "CNY"}
-		naiveRows[i] = []any{no, "PENDING_PAY"}
-	}
-	if err := durabletest.SeedOrders(ctx, st.DBURL, orders); err != nil {
+	orders, err := seedPending(ctx, st.DBURL, "INC-%05d", cfg.Orders, 4200)
+	if err != nil {
 		return IncidentReport{}, err
+	}
+	naiveRows := make([][]any, len(orders))
+	for i, o := range orders {
+		naiveRows[i] = []any{o.No, "PENDING_PAY"}
 	}
 	if _, err := st.DB.CopyFrom(ctx, pgx.Identifier{"naive_order"}, []string{"order_no", "status"}, pgx.CopyFromRows(naiveRows)); err != nil {
 		return IncidentReport{}, err

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
 
 // LagConfig configures RunLag.
@@ -32,8 +30,7 @@ type LagReport struct {
 // does not wait for answers, so slow answers cannot hide as lower load)
 // against a stack with fsync on, then reads the lag by SQL.
 func RunLag(ctx context.Context, cfg LagConfig) (LagReport, error) {
-	cfg.Rate = max(cfg.Rate, 1)
-	if cfg.Rate == 1 {
+	if cfg.Rate <= 0 {
 		cfg.Rate = 1000
 	}
 	if cfg.Duration == 0 {
@@ -45,11 +42,8 @@ func RunLag(ctx context.Context, cfg LagConfig) (LagReport, error) {
 	}
 	defer st.Close()
 	n := int(float64(cfg.Rate) * cfg.Duration.Seconds())
-	orders := make([]durabletest.Order, n)
-	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf("LAG-%07d", i), Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
-	}
-	if err := durabletest.SeedOrders(ctx, st.DBURL, orders); err != nil {
+	orders, err := seedPending(ctx, st.DBURL, "LAG-%07d", n, 1999)
+	if err != nil {
 		return LagReport{}, err
 	}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}

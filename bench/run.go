@@ -24,8 +24,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"github.com/valyala/fasthttp"
-
-	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
 
 // Target is the deployment a run attacks.
@@ -152,11 +150,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	poolSize := max(60_000, int(cfg.Duration.Seconds()*40_000))
 	say("seeding %d orders ...", poolSize)
 	prefix := "B" + time.Now().UTC().Format("150405") // a run's own orders, also on a shared database
-	orders := make([]durabletest.Order, poolSize)
-	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf("%s-%07d", prefix, i), Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
-	}
-	if err := durabletest.SeedOrders(ctx, tg.DBURL, orders); err != nil {
+	if _, err := seedPending(ctx, tg.DBURL, prefix+"-%07d", poolSize, 1999); err != nil {
 		return nil, err
 	}
 	p := &pool{prefix: prefix, size: int64(poolSize)}

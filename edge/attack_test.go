@@ -2,7 +2,6 @@ package edge_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -226,15 +225,7 @@ func TestBudgetExceededIs503(t *testing.T) {
 	const budget = 200 * time.Millisecond
 	b := setup(t, options{budget: budget})
 	b.order(t, "O-b", durable.PendingPay, 1999)
-	ctx := context.Background()
-	tx, err := b.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = 'O-b' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := b.lockOrder(t, "O-b")
 	payload := body("T-b", "PAY_SUCCESS", "O-b", 1999)
 	// The first request on a fresh connection must not pay for its dial.
 	b.send(t, http.MethodGet, "/healthz-warmup", http.Header{}, "")
@@ -251,7 +242,7 @@ func TestBudgetExceededIs503(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM notify_claim`); n != 0 {
 		t.Errorf("claims %d after 503, want 0", n)
 	}
-	_ = tx.Rollback(ctx)
+	release()
 	retry := b.post(t, payload)
 	if retry.status != 200 || !strings.Contains(retry.body, `"applied"`) {
 		t.Errorf("retry: %d %s, want applied", retry.status, retry.body)

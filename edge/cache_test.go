@@ -236,13 +236,7 @@ func (b *bundle) invariants(t *testing.T, orders int) {
 func TestPendingExpiresWhileOwnerIsSlow(t *testing.T) {
 	b := setup(t, options{cache: true, pendingTTL: 100 * time.Millisecond})
 	b.order(t, "O-slow", durable.PendingPay, 1999)
-	ctx := context.Background()
-	tx, err := b.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = 'O-slow' FOR UPDATE`)
+	release := b.lockOrder(t, "O-slow")
 	payload := body("T-slow", "PAY_SUCCESS", "O-slow", 1999)
 	first := make(chan reply, 1)
 	go func() { first <- b.post(t, payload) }()
@@ -251,7 +245,7 @@ func TestPendingExpiresWhileOwnerIsSlow(t *testing.T) {
 	second := make(chan reply, 1)
 	go func() { second <- b.post(t, payload) }()
 	b.waitForLockWaiters(t, 2) // the second waits on the first's claim
-	tx.Rollback(ctx)
+	release()
 	r1, r2 := <-first, <-second
 	if r1.status != 200 || r2.status != 200 || r1.body != r2.body || r1.replayed == r2.replayed {
 		t.Fatalf("answers %+v and %+v: want one applied and one identical replay", r1, r2)
@@ -313,10 +307,7 @@ func TestStopBetweenCommitAndComplete(t *testing.T) {
 	// A delivery that fails in Postgres (503) leaves nothing the cache
 	// could answer with: its pending entry is aborted.
 	b.order(t, "O-c2", durable.PendingPay, 1999)
-	ctx := context.Background()
-	tx, _ := b.db.Begin(ctx)
-	defer tx.Rollback(ctx)
-	tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = 'O-c2' FOR UPDATE`)
+	release := b.lockOrder(t, "O-c2")
 	s := setup(t, options{budget: 200 * time.Millisecond, dbURL: b.dbURL, redis: b.redis})
 	p2 := body("T-c2", "PAY_SUCCESS", "O-c2", 1999)
 	if r := s.post(t, p2); r.status != 503 {
@@ -325,7 +316,7 @@ func TestStopBetweenCommitAndComplete(t *testing.T) {
 	if n := b.redisKeys(t); n != 1 { // only O-c's pending entry
 		t.Errorf("redis holds %d keys after a 503, want 1", n)
 	}
-	tx.Rollback(ctx)
+	release()
 	if r := s.post(t, p2); r.status != 200 || r.replayed || !strings.Contains(r.body, `"applied"`) {
 		t.Errorf("retry: %+v, want applied", r)
 	}

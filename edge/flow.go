@@ -244,11 +244,7 @@ func (s *Server) fail(x *exchange, o Outcome, status durable.State, msg string) 
 // 413) are logged at a bounded rate: attackers must not fill the disk.
 func (s *Server) finish(start time.Time, x *exchange) {
 	elapsed := time.Since(start)
-	path := x.path
-	if x.outcome >= OutcomeUnknownChannel && x.outcome <= OutcomeTooLarge {
-		path = PathRejected
-	}
-	s.metrics.observe(s.metrics.channel(x.req.Channel), x.outcome, path, elapsed)
+	s.metrics.observe(s.metrics.channel(x.req.Channel), x.outcome, x.path, elapsed)
 	if x.verdict.HTTP < 300 && x.review == "" {
 		return
 	}
@@ -256,7 +252,7 @@ func (s *Server) finish(start time.Time, x *exchange) {
 	switch {
 	case x.outcome == OutcomeConflict || x.review != "":
 		level = slog.LevelError // an alarm: a human must look
-	case path == PathRejected:
+	case x.path == PathRejected:
 		if !s.rejectLog.Allow() {
 			return
 		}

@@ -268,6 +268,23 @@ func (b *bundle) status(t testing.TB, orderNo string) string {
 	return s
 }
 
+// lockOrder holds the order's row lock in an open transaction until the
+// returned release is called (or the test ends).
+func (b *bundle) lockOrder(t testing.TB, orderNo string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = $1 FOR UPDATE`, orderNo); err != nil {
+		t.Fatal(err)
+	}
+	release = func() { _ = tx.Rollback(ctx) }
+	t.Cleanup(release)
+	return release
+}
+
 // admin sends an admin request with the given bearer token ("" for none).
 func (b *bundle) admin(t testing.TB, method, path, token, payload string) (int, map[string]any) {
 	t.Helper()

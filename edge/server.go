@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -158,27 +157,36 @@ func (s *Server) HandleFastHTTP(ctx *fasthttp.RequestCtx) {
 			s.finish(start, x)
 		}
 	}()
-	path := ctx.Path()
-	switch {
-	case !bytes.HasPrefix(path, notifyPrefix):
-		s.fail(x, OutcomeBadRequest, "", noSuchPath)
-		x.verdict.HTTP = http.StatusNotFound
-	case !ctx.IsPost():
-		x.req.Channel = path[len(notifyPrefix):] // the metrics label only: unconfigured names count as "unknown"
-		s.fail(x, OutcomeBadRequest, "", methodNotPost)
-		x.verdict.HTTP = http.StatusMethodNotAllowed
-		ctx.Response.Header.SetBytesV(headerAllow, valuePost)
-	default:
-		x.req = Request{
-			Channel:     path[len(notifyPrefix):],
-			ContentType: ctx.Request.Header.ContentType(),
-			Body:        ctx.PostBody(),
-			Header:      &ctx.Request.Header,
-		}
+	if s.route(x, ctx.Path(), ctx.IsPost()) {
+		x.req.ContentType = ctx.Request.Header.ContentType()
+		x.req.Body = ctx.PostBody()
+		x.req.Header = &ctx.Request.Header
 		s.decide(start, x)
+	} else if x.verdict.HTTP == http.StatusMethodNotAllowed {
+		ctx.Response.Header.SetBytesV(headerAllow, valuePost)
 	}
 	s.write(ctx, x)
 	s.finish(start, x)
+}
+
+// route applies the rules both transports share: a POST under /notify/
+// goes on (x.req.Channel set, true); any other path is 404 and any other
+// method under /notify/ is 405 (the caller adds Allow), both counted as
+// bad_request.
+func (s *Server) route(x *exchange, path []byte, post bool) bool {
+	channel, ok := bytes.CutPrefix(path, notifyPrefix)
+	if !ok {
+		s.fail(x, OutcomeBadRequest, "", noSuchPath)
+		x.verdict.HTTP = http.StatusNotFound
+		return false
+	}
+	x.req.Channel = channel // also the metrics label: unconfigured names count as "unknown"
+	if !post {
+		s.fail(x, OutcomeBadRequest, "", methodNotPost)
+		x.verdict.HTTP = http.StatusMethodNotAllowed
+		return false
+	}
+	return true
 }
 
 // write copies the answer into the response (fasthttp owns the copy).
@@ -225,28 +233,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer putExchange(x)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.maxBody)))
 	var tooLarge *http.MaxBytesError
-	channel, routed := strings.CutPrefix(r.URL.Path, string(notifyPrefix))
 	switch {
 	case errors.As(err, &tooLarge):
 		s.fail(x, OutcomeTooLarge, "", fmt.Sprintf("body larger than %d bytes", s.maxBody))
 	case err != nil:
 		s.fail(x, OutcomeBadRequest, "", "body could not be read")
-	case !routed:
-		s.fail(x, OutcomeBadRequest, "", noSuchPath)
-		x.verdict.HTTP = http.StatusNotFound
-	case r.Method != http.MethodPost:
-		x.req.Channel = []byte(channel)
-		s.fail(x, OutcomeBadRequest, "", methodNotPost)
-		x.verdict.HTTP = http.StatusMethodNotAllowed
-		w.Header().Set(headerAllow, http.MethodPost)
-	default:
-		x.req = Request{
-			Channel:     []byte(channel),
-			ContentType: []byte(r.Header.Get("Content-Type")),
-			Body:        body,
-			Header:      httpHeader(r.Header),
-		}
+	case s.route(x, []byte(r.URL.Path), r.Method == http.MethodPost):
+		x.req.ContentType = []byte(r.Header.Get("Content-Type"))
+		x.req.Body = body
+		x.req.Header = httpHeader(r.Header)
 		s.decide(start, x)
+	case x.verdict.HTTP == http.StatusMethodNotAllowed:
+		w.Header().Set(headerAllow, http.MethodPost)
 	}
 	if x.ctype != "" {
 		w.Header().Set("Content-Type", x.ctype)

@@ -106,12 +106,7 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	b := setup(t, options{})
 	b.order(t, "O-g", durable.PendingPay, 1999)
 	ctx := context.Background()
-	tx, err := b.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = 'O-g' FOR UPDATE`)
+	release := b.lockOrder(t, "O-g")
 	answered := make(chan reply, 1)
 	go func() { answered <- b.post(t, body("T-g", "PAY_SUCCESS", "O-g", 1999)) }()
 	b.waitForLockWaiters(t, 1)
@@ -125,7 +120,7 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	if !b.server.Draining() {
 		t.Error("not draining during Shutdown")
 	}
-	tx.Rollback(ctx)
+	release()
 	if got := <-answered; got.status != 200 || !strings.Contains(got.body, `"applied"`) {
 		t.Errorf("in-flight request: %d %s", got.status, got.body)
 	}
