@@ -120,27 +120,10 @@ func process(t *testing.T, s *durable.Store, n durable.Notification) durable.Res
 	return r
 }
 
-// lockOrder holds the order's row lock in an open transaction until the
-// returned function is called.
-func (b *bundle) lockOrder(t *testing.T, orderNo string) (release func()) {
+// lockOrder holds the order's row lock until release (durabletest.LockOrder).
+func (b *bundle) lockOrder(t testing.TB, orderNo string) (release func()) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := b.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = $1 FOR UPDATE`, orderNo); err != nil {
-		t.Fatal(err)
-	}
-	done := false
-	release = func() {
-		if !done {
-			done = true
-			_ = tx.Rollback(ctx)
-		}
-	}
-	t.Cleanup(release)
-	return release
+	return durabletest.LockOrder(t, b.db, orderNo)
 }
 
 func pgxCopyRows(rows [][]any) pgx.CopyFromSource { return pgx.CopyFromRows(rows) }

@@ -268,21 +268,10 @@ func (b *bundle) status(t testing.TB, orderNo string) string {
 	return s
 }
 
-// lockOrder holds the order's row lock in an open transaction until the
-// returned release is called (or the test ends).
+// lockOrder holds the order's row lock until release (durabletest.LockOrder).
 func (b *bundle) lockOrder(t testing.TB, orderNo string) (release func()) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := b.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = $1 FOR UPDATE`, orderNo); err != nil {
-		t.Fatal(err)
-	}
-	release = func() { _ = tx.Rollback(ctx) }
-	t.Cleanup(release)
-	return release
+	return durabletest.LockOrder(t, b.db, orderNo)
 }
 
 // admin sends an admin request with the given bearer token ("" for none).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notifyedge/notifyedge/durable"
 )
@@ -150,4 +151,22 @@ func SeedOrders(ctx context.Context, url string, orders []Order) error {
 		return fmt.Errorf("seed orders: %w", err)
 	}
 	return nil
+}
+
+// LockOrder holds the order's row lock in an open transaction on db until
+// the returned release is called (or the test ends): a test's way to make
+// a delivery wait where another writer would.
+func LockOrder(t testing.TB, db *pgxpool.Pool, orderNo string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM biz_order WHERE order_no = $1 FOR UPDATE`, orderNo); err != nil {
+		t.Fatal(err)
+	}
+	release = func() { _ = tx.Rollback(ctx) } // a second rollback is a no-op
+	t.Cleanup(release)
+	return release
 }
