@@ -34,7 +34,7 @@ deps-curl:
 		{ echo "could not install curl: run 'sudo apt-get install curl'"; exit 1; }; \
 	else echo "missing curl: run 'sudo apt-get install curl'"; exit 1; fi
 
-# PostgreSQL server binaries: found like durable/durabletest finds them.
+# PostgreSQL server binaries: found like durable/pgtemp finds them.
 # Installing Debian's package would create and start a "main" cluster; the
 # tests start their own, so that is switched off before the install.
 deps-postgres:
@@ -81,9 +81,9 @@ demo: deps
 ## fuzz: fuzz the generic channel's parse+verify for FUZZTIME (default 60s)
 FUZZTIME ?= 60s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzNotify -fuzztime $(FUZZTIME) ./edge/
+	$(GO) test -run '^$$' -fuzz FuzzNotify -fuzztime $(FUZZTIME) ./edge/channel/
 
-## lint: gofmt, go vet and the import-direction check
+## lint: gofmt, go vet, the import-direction check and no test code in edged
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet $(PKGS)
@@ -93,5 +93,11 @@ lint:
 		bad=$$($(GO) list -deps ./$$p/... | grep "^$$mod/" | grep -vE "^$$mod/$$p(/|$$)" || true); \
 		if [ -n "$$bad" ]; then echo "$$p must not import: $$bad"; exit 1; fi; \
 	done; echo "imports: ok"
+	@# The production binary links no test code: edged -dev's throwaway
+	@# Postgres comes from durable/pgtemp, never from durabletest.
+	@deps=$$($(GO) list -deps ./cmd/edged) || exit 1; \
+	if grep -qx testing <<<"$$deps"; then \
+		echo "cmd/edged links package testing (a test helper reached the production binary): see 'go list -deps ./cmd/edged'"; exit 1; \
+	fi; echo "edged links no test code: ok"
 
 .PHONY: help deps deps-postgres deps-redis deps-curl run build test demo bench-go fuzz test-race bench lint

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // The incident, replayed. For each order, within a compressed "four
@@ -305,7 +305,7 @@ func naivePost(c *http.Client, url, id, body string) (string, error) {
 // edgePost delivers a correctly signed callback and names its outcome.
 func edgePost(c *http.Client, base, id, body string) (string, error) {
 	ts := time.Now().Unix()
-	sig, err := edge.SignWebhook(Secret, id, ts, []byte(body))
+	sig, err := channel.SignWebhook(Secret, id, ts, []byte(body))
 	if err != nil {
 		return "", err
 	}

@@ -11,9 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/valyala/fasthttp"
-
-	"github.com/notifyedge/notifyedge/edge"
 )
 
 // A source yields the next callback of a scenario. It is called from many
@@ -178,7 +177,7 @@ func (t *tally) add(p payment, code int, body []byte, replayed bool, err error) 
 func signedHeaders(secret string, seq uint64, body []byte) (id, ts, sig string) {
 	now := time.Now().Unix()
 	id = "msg_" + strconv.FormatUint(seq, 36)
-	sig, _ = edge.SignWebhook(secret, id, now, body)
+	sig, _ = channel.SignWebhook(secret, id, now, body)
 	return id, strconv.FormatInt(now, 10), sig
 }
 

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,12 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
-	"github.com/valyala/fasthttp"
+
+	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
 
 // Target is the deployment a run attacks.
@@ -37,8 +34,6 @@ type Target struct {
 	DBURL string
 	// Secret and Channel are a generic channel configured on it.
 	Secret, Channel string
-
-	stack *Stack // our own stack: the twins, Redis and the ceilings
 }
 
 // Config configures Run.
@@ -46,7 +41,8 @@ type Config struct {
 	// Target is an existing deployment (nil: Run starts its own stack).
 	// Against one, the scenarios that need our own parts (cache-off and
 	// net/http twins, killing Redis, the ceilings on its database) are
-	// skipped.
+	// skipped, and the CPU of parts whose process is not known here
+	// (edge, Redis, relay) is not reported.
 	Target *Target
 	// Scenarios, if set, selects scenarios and ceilings by name prefix.
 	Scenarios []string
@@ -76,7 +72,9 @@ type Row struct {
 	Codes     map[int]int    `json:"codes"`
 	Outcomes  map[string]int `json:"outcomes,omitempty"`
 	Check     string         `json:"invariants"`
-	Points    []Point        `json:"-"` // latency over time (open-loop attacks)
+	// CPU is what each part spent per answered request.
+	CPU    CPUCost `json:"cpu_us_per_request"`
+	Points []Point `json:"-"` // latency over time (open-loop attacks)
 }
 
 // Point is one answered request of an open-loop attack.
@@ -90,8 +88,14 @@ type Report struct {
 	When     time.Time `json:"when"`
 	Machine  string    `json:"machine"`
 	Duration string    `json:"attack_duration"`
-	Rows     []Row     `json:"rows"`
-	RSSMiB   float64   `json:"bench_rss_mib_at_peak"`
+	// LoadAvg is /proc/loadavg's 1, 5 and 15 minute load averages before
+	// the run: on a shared machine, what else was running.
+	LoadAvg string  `json:"loadavg_before,omitempty"`
+	Rows    []Row   `json:"rows"`
+	RSSMiB  float64 `json:"bench_rss_mib_at_peak"`
+	// EdgeRSSMiB is the edge process's peak resident set (our own stack
+	// only).
+	EdgeRSSMiB float64 `json:"edge_rss_mib_at_peak,omitempty"`
 	// RedisBytesPerKey is the cache Redis's used_memory over its keys after
 	// the scenarios (our own stack only).
 	RedisBytesPerKey float64  `json:"redis_bytes_per_key,omitempty"`
@@ -100,6 +104,25 @@ type Report struct {
 
 // ErrInvariant marks a run in which the database broke an invariant.
 var ErrInvariant = errors.New("bench: invariant violated")
+
+// env is one run's state, shared by its rows.
+type env struct {
+	cfg    Config
+	tg     *Target
+	st     *Stack // our own stack; nil against an existing deployment
+	db     *pgxpool.Pool
+	prefix string // of this run's orders
+	pool   *pool  // this run's seeded orders
+	cpu    *cpuProbe
+	// share scales the constant rates: the smoke test shares the machine
+	// with other tests and proves the bench works, so it runs well below
+	// the peak.
+	share   float64
+	peaks   map[string]float64  // closed-loop req/s by scenario name
+	rssPeak float64             // the bench process's, in MiB
+	servers map[endpoint]string // the ceilings' in-process servers
+	closers []func()
+}
 
 // Run starts a stack with fsync on, runs every scenario and ceiling, checks
 // the invariants by SQL after each scenario, and reports.
@@ -113,175 +136,47 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 64
 	}
-	say := func(format string, args ...any) {
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, format+"\n", args...)
-		}
+	rep := &Report{LoadAvg: loadAvg()}
+	e := &env{cfg: cfg, tg: cfg.Target, share: 1, peaks: map[string]float64{}, servers: map[endpoint]string{}}
+	if cfg.Quick {
+		e.share = 0.5
 	}
-	tg := cfg.Target
-	var st *Stack
-	if tg == nil {
-		say("starting Postgres (fsync on), redis-server and the edge ...")
-		var err error
-		if st, err = StartStack(ctx, StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second}); err != nil {
+	defer e.close()
+	if e.tg == nil {
+		e.say("starting Postgres (fsync on), redis-server and the edge ...")
+		st, err := StartStack(ctx, StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second})
+		if err != nil {
 			return nil, err
 		}
 		defer st.Close()
-		tg = &Target{URL: st.URL, DBURL: st.DBURL, Secret: Secret, Channel: Channel, stack: st}
+		e.st = st
+		e.tg = &Target{URL: st.URL, AdminURL: st.AdminURL, DBURL: st.DBURL, Secret: Secret, Channel: Channel}
 	}
-	db, err := pgxpool.New(ctx, tg.DBURL)
+	db, err := pgxpool.New(ctx, e.tg.DBURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: database: %w", err)
 	}
 	defer db.Close()
-	want := func(name string) bool {
-		if len(cfg.Scenarios) == 0 {
-			return true
-		}
-		for _, s := range cfg.Scenarios {
-			if strings.HasPrefix(name, s) {
-				return true
-			}
-		}
-		return false
-	}
+	e.db = db
 	// Enough fresh orders that no "first" attack runs out (about 30k first
 	// deliveries per attack-second in all, generously).
 	poolSize := max(60_000, int(cfg.Duration.Seconds()*40_000))
-	say("seeding %d orders ...", poolSize)
-	prefix := "B" + time.Now().UTC().Format("150405") // a run's own orders, also on a shared database
-	if _, err := seedPending(ctx, tg.DBURL, prefix+"-%07d", poolSize, 1999); err != nil {
+	e.say("seeding %d orders ...", poolSize)
+	e.prefix = "B" + time.Now().UTC().Format("150405") // a run's own orders, also on a shared database
+	if _, err := seedPending(ctx, e.tg.DBURL, e.prefix+"-%07d", poolSize, 1999); err != nil {
 		return nil, err
 	}
-	p := &pool{prefix: prefix, size: int64(poolSize)}
-	rep := &Report{When: time.Now().UTC(), Machine: machine(), Duration: cfg.Duration.String()}
-	var rssPeak float64
-	closed := func(name, url string, src source, check bool) (Row, error) {
-		t := newTally(tg.Channel)
-		before := outcomes(tg)
-		start := time.Now()
-		lat := closedLoop(ctx, tg, url, cfg.Workers, cfg.Duration, src, t, liveLine(cfg.Progress, name, start))
-		elapsed := time.Since(start)
-		rssPeak = max(rssPeak, rssMiB())
-		row := Row{Name: name, Driver: fmt.Sprintf("closed-loop %d", cfg.Workers), Requests: len(lat),
-			ReqPerSec: float64(len(lat)) / elapsed.Seconds(), Lat: percentilesOf(lat), Errors: t.errors, Codes: t.codes,
-			Outcomes: diff(outcomes(tg), before)}
-		if check {
-			row.Check = "ok"
-			if err := invariants(ctx, db, tg.Channel, prefix, t); err != nil {
-				row.Check = err.Error()
-				return row, err
-			}
-		}
-		return row, nil
-	}
-	rate := func(name, url string, perSec int, src source) (Row, error) {
-		if cfg.Rate > 0 {
-			perSec = cfg.Rate
-		}
-		t := newTally(tg.Channel)
-		before := outcomes(tg)
-		row := openLoop(ctx, tg, name, url, perSec, cfg.Duration, src, t, cfg.Progress)
-		row.Outcomes, row.Check = diff(outcomes(tg), before), "ok"
-		if err := invariants(ctx, db, tg.Channel, prefix, t); err != nil {
-			row.Check = err.Error()
-			return row, err
-		}
-		return row, nil
-	}
-	add := func(r Row, err error) error {
-		if err == nil && r.Check == "ok" {
-			// Every scenario's callbacks are valid: anything but 200 is a failure.
-			bad := r.Errors
-			for code, n := range r.Codes {
-				if code != http.StatusOK {
-					bad += n
-				}
-			}
-			if bad > 0 {
-				r.Check = fmt.Sprintf("FAILED: %d answers not 200", bad)
-				err = fmt.Errorf("%w: %s: %d answers not 200", ErrInvariant, r.Name, bad)
-			}
-		}
-		rep.Rows = append(rep.Rows, r)
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "\r%-60s\r", "")
-		}
-		say("%-26s %-16s %9.0f req/s  p50 %-9v p99 %-9v %s", r.Name, r.Driver, r.ReqPerSec, r.Lat.P50.Round(time.Microsecond), r.Lat.P99.Round(time.Microsecond), r.Check)
-		return err
-	}
+	e.pool = &pool{prefix: e.prefix, size: int64(poolSize)}
+	e.cpu = e.probe(ctx)
+	rep.When, rep.Machine, rep.Duration = time.Now().UTC(), machine(), cfg.Duration.String()
 
-	// The scenarios. first and hotdup also set the rates of the
-	// constant-rate attacks.
-	var firstPeak, hotPeak float64 = 1000, 2000
-	// The smoke test shares the machine with other tests: it proves the
-	// bench works, so its constant-rate attacks run well below the peak.
-	share := 1.0
-	if cfg.Quick {
-		share = 0.5
-	}
-	run := func(name string, own bool, f func() (Row, error)) error {
-		if !want(name) || (own && st == nil) {
-			return nil
-		}
-		return add(f())
-	}
-	steps := []struct {
-		name string
-		own  bool // needs our own stack
-		f    func() (Row, error)
-	}{
-		{"first", false, func() (Row, error) {
-			r, err := closed("first", tg.URL, &firstSource{p}, true)
-			firstPeak = r.ReqPerSec
-			return r, err
-		}},
-		{"hotdup (cache on)", false, func() (Row, error) {
-			r, err := closed("hotdup (cache on)", tg.URL, &dupSource{p: p, dupPct: 90}, true)
-			hotPeak = r.ReqPerSec
-			return r, err
-		}},
-		{"hotdup (cache off)", true, func() (Row, error) {
-			return closed("hotdup (cache off)", st.URLNoCache, &dupSource{p: p, dupPct: 90}, true)
-		}},
-		{"hotdup (net/http edge)", true, func() (Row, error) {
-			return closed("hotdup (net/http edge)", st.URLNetHTTP, &dupSource{p: p, dupPct: 90}, true)
-		}},
-		{"storm (64 copies a key)", false, func() (Row, error) {
-			return closed("storm (64 copies a key)", tg.URL, &stormSource{p: p, copies: 64}, true)
-		}},
-		{"first at 80% of peak", false, func() (Row, error) {
-			return rate("first at 80% of peak", tg.URL, max(int(firstPeak*0.8*share), 10), &firstSource{p})
-		}},
-		{"hotdup at 50% of peak", false, func() (Row, error) {
-			return rate("hotdup at 50% of peak", tg.URL, max(int(hotPeak*0.5*share), 10), &dupSource{p: p, dupPct: 90})
-		}},
-		{"retry-schedule (x100)", false, func() (Row, error) {
-			return rate("retry-schedule (x100)", tg.URL, max(int(firstPeak*0.3*share), 10), newRetrySource(p, 100))
-		}},
-		{"redis-down (killed at 1/2)", true, func() (Row, error) {
-			// Redis stopped halfway through a hot-duplicate load.
-			go func() {
-				time.Sleep(cfg.Duration / 2)
-				st.Redis.Kill()
-			}()
-			r, err := closed("redis-down (killed at 1/2)", tg.URL, &dupSource{p: p, dupPct: 90}, true)
-			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			if rerr := st.Redis.Restart(rctx); rerr != nil && err == nil {
-				err = rerr
-			}
-			return r, err
-		}},
-	}
-	for _, step := range steps {
-		if err := run(step.name, step.own, step.f); err != nil {
+	for _, s := range scenarios {
+		if err := e.attack(ctx, rep, s, true); err != nil {
 			return rep, err
 		}
 	}
-
-	if st != nil {
-		rdb := redis.NewClient(&redis.Options{Addr: st.Redis.Addr()})
+	if e.st != nil {
+		rdb := redis.NewClient(&redis.Options{Addr: e.st.Redis.Addr()})
 		info, _ := rdb.InfoMap(ctx, "memory").Result()
 		keys, _ := rdb.DBSize(ctx).Result()
 		rdb.Close()
@@ -291,43 +186,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.RedisBytesPerKey = used / float64(keys)
 		}
 	}
-
-	// The ceilings, same driver and concurrency.
-	noop, err := serveFast(func(c *fasthttp.RequestCtx) { c.SetStatusCode(200); c.SetBodyString(`{"code":"SUCCESS"}`) })
-	if err != nil {
-		return rep, err
-	}
-	defer noop.Close()
-	if want("ceiling: no-op fasthttp") {
-		add(closed("ceiling: no-op fasthttp", "http://"+noop.Addr().String(), &firstSource{&pool{prefix: "N", size: 1 << 40}}, false))
-	}
-	if st != nil && want("ceiling: fasthttp + SET NX GET") {
-		rdb := redis.NewClient(&redis.Options{Addr: st.Redis.Addr(), PoolSize: 128, MaxRetries: -1})
-		defer rdb.Close()
-		setnx, err := serveFast(func(c *fasthttp.RequestCtx) {
-			h := fnv.New32a()
-			h.Write(c.PostBody())
-			v, err := rdb.SetArgs(context.Background(), fmt.Sprintf("ceil:{%d}", h.Sum32()%1000), "x", redis.SetArgs{Mode: "NX", Get: true, TTL: time.Minute}).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				c.SetStatusCode(503)
-				return
-			}
-			c.SetStatusCode(200)
-			c.SetBodyString(v)
-		})
-		if err != nil {
+	for _, s := range ceilings {
+		if err := e.attack(ctx, rep, s, false); err != nil {
 			return rep, err
 		}
-		defer setnx.Close()
-		add(closed("ceiling: fasthttp + SET NX GET", "http://"+setnx.Addr().String(), &firstSource{&pool{prefix: "S", size: 1 << 40}}, false))
 	}
-	if st != nil && want("ceiling: raw pgx pipelined") {
-		add(rawPgx(ctx, st, cfg, p, say))
+
+	rep.RSSMiB = e.rssPeak
+	if e.st != nil {
+		rep.EdgeRSSMiB = peakRSSMiB(e.st.edge.pid())
 	}
-	if want("ceiling: vegeta vs no-op") {
-		add(vegetaCeiling(ctx, tg, "http://"+noop.Addr().String(), cfg.Workers, cfg.Duration, cfg.Progress))
-	}
-	rep.RSSMiB = rssPeak
 	if cfg.JSONDir != "" {
 		if err := writeJSON(cfg.JSONDir, rep); err != nil {
 			return rep, err
@@ -338,6 +206,130 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	return rep, nil
 }
+
+// attack runs one row, if this run wants it and can serve it: setup, the
+// attack between two CPU readings, after, then (scenarios only) the
+// invariants by SQL; and adds the row to rep. A violation, or any answer
+// but 200 to a scenario's valid callbacks, fails the run (ErrInvariant).
+func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool) error {
+	if !e.wanted(s.name) || (e.st == nil && (s.ownStack || s.to.ownOnly())) {
+		return nil
+	}
+	url, err := e.url(s.to)
+	if err != nil {
+		return err
+	}
+	if s.setup != nil {
+		if err := s.setup(ctx, e); err != nil {
+			return fmt.Errorf("bench: %s: %w", s.name, err)
+		}
+	}
+	t := newTally(e.tg.Channel)
+	before := outcomes(e.tg)
+	cpu0 := e.cpu.sample()
+	r, err := s.drive(ctx, e, s, url, t)
+	cpu1 := e.cpu.sample()
+	r.Name, r.CPU = s.name, cost(cpu0, cpu1, r.Requests)
+	if s.after != nil {
+		if aerr := s.after(ctx, e); aerr != nil && err == nil {
+			err = fmt.Errorf("bench: %s: %w", s.name, aerr)
+		}
+	}
+	r.Outcomes = diff(outcomes(e.tg), before)
+	if checked {
+		r.Check = "ok"
+		if ierr := invariants(ctx, e.db, e.prefix, t); ierr != nil {
+			r.Check, err = ierr.Error(), ierr
+		}
+	}
+	if err == nil && r.Check == "ok" {
+		// Every scenario's callbacks are valid: anything but 200 is a failure.
+		bad := r.Errors
+		for code, n := range r.Codes {
+			if code != http.StatusOK {
+				bad += n
+			}
+		}
+		if bad > 0 {
+			r.Check = fmt.Sprintf("FAILED: %d answers not 200", bad)
+			err = fmt.Errorf("%w: %s: %d answers not 200", ErrInvariant, r.Name, bad)
+		}
+	}
+	rep.Rows = append(rep.Rows, r)
+	if e.cfg.Progress != nil {
+		fmt.Fprintf(e.cfg.Progress, "\r%-60s\r", "")
+	}
+	e.say("%-26s %-16s %9.0f req/s  p50 %-9v p99 %-9v %s", r.Name, r.Driver, r.ReqPerSec, r.Lat.P50.Round(time.Microsecond), r.Lat.P99.Round(time.Microsecond), r.Check)
+	return err
+}
+
+// wanted reports whether -scenario selects the row named name.
+func (e *env) wanted(name string) bool {
+	if len(e.cfg.Scenarios) == 0 {
+		return true
+	}
+	for _, s := range e.cfg.Scenarios {
+		if strings.HasPrefix(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// probe finds the processes whose CPU the rows report: all of them on our
+// own stack; against a deployment, Postgres only if it runs here.
+func (e *env) probe(ctx context.Context) *cpuProbe {
+	p := &cpuProbe{postgres: postmasterPID(ctx, e.db)}
+	if e.st != nil {
+		p.edge, p.relay, p.redis = e.st.edge.pid(), e.st.relay.pid(), e.st.Redis.Addr()
+	}
+	return p
+}
+
+// say writes one progress line.
+func (e *env) say(format string, args ...any) {
+	if e.cfg.Progress != nil {
+		fmt.Fprintf(e.cfg.Progress, format+"\n", args...)
+	}
+}
+
+// close stops what the rows started, newest first.
+func (e *env) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+// invariants checks by SQL, for this run's orders, what must hold whatever
+// the load did (durabletest.Invariants: no order moved twice, one outbox
+// row per applied claim and none without one, a DONE claim for every key
+// answered SUCCESS). A violation wraps ErrInvariant.
+func invariants(ctx context.Context, db *pgxpool.Pool, prefix string, t *tally) error {
+	keys := make([]string, 0, len(t.success))
+	for k := range t.success {
+		keys = append(keys, k)
+	}
+	err := durabletest.Invariants(ctx, db, prefix+"-", keys)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, durabletest.ErrInvariant):
+		return invariantError{err}
+	default:
+		return fmt.Errorf("bench: invariants: %w", err)
+	}
+}
+
+// invariantError is a violation durabletest.Invariants found: it is
+// bench's ErrInvariant and durabletest's, and reads without the prefix
+// twice.
+type invariantError struct{ err error }
+
+func (v invariantError) Error() string {
+	return ErrInvariant.Error() + ": " + strings.TrimPrefix(v.err.Error(), durabletest.ErrInvariant.Error()+": ")
+}
+
+func (v invariantError) Unwrap() []error { return []error{ErrInvariant, v.err} }
 
 // openLoop is vegeta's constant-rate attack: the pace does not wait for
 // answers, so latency is measured without coordinated omission.
@@ -398,128 +390,9 @@ func openLoopWorkers(ctx context.Context, tg *Target, name, base string, perSec,
 		Errors: t.errors, Codes: t.codes, Points: points}
 }
 
-// vegetaCeiling is vegeta's own limit: as fast as it can against a no-op
-// server (the figures above it are bounded by this generator).
-func vegetaCeiling(ctx context.Context, tg *Target, base string, workers int, d time.Duration, progress io.Writer) (Row, error) {
-	t := newTally(tg.Channel)
-	row := openLoopWorkers(ctx, tg, "ceiling: vegeta vs no-op", base, 0, workers, d, &firstSource{&pool{prefix: "V", size: 1 << 40}}, t, progress)
-	row.Driver = fmt.Sprintf("vegeta max, %d workers", workers)
-	return row, nil
-}
-
-// rawPgx is the Postgres limit: the first delivery's transaction
-// pipelined in one round trip, no HTTP, same concurrency.
-func rawPgx(ctx context.Context, st *Stack, cfg Config, p *pool, say func(string, ...any)) (Row, error) {
-	pc, err := pgxpool.ParseConfig(st.DBURL)
-	if err != nil {
-		return Row{}, err
-	}
-	pc.MaxConns, pc.MinConns = 40, 40
-	db, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return Row{}, err
-	}
-	defer db.Close()
-	deadline := time.Now().Add(cfg.Duration)
-	lat := make([][]time.Duration, cfg.Workers)
-	var errs atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := range cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				pm := p.take()
-				var b pgx.Batch
-				b.Queue(`INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state) VALUES ($1, $2, $3, 'PENDING') ON CONFLICT (biz_key) DO NOTHING`, "raw:"+pm.txn, pm.order, strings.Repeat("0", 64))
-				b.Queue(`UPDATE biz_order SET status = 'PAID', updated_at = now() WHERE order_no = $1 AND status = ANY ('{PENDING_PAY}') AND amount = 1999 AND currency = 'CNY'`, pm.order)
-				b.Queue(`INSERT INTO outbox (topic, order_no, payload) VALUES ('ORDER_PAID', $1::text, jsonb_build_object('order_no', $1::text))`, pm.order)
-				b.Queue(`UPDATE notify_claim SET claim_state = 'DONE', result_json = '{}' WHERE biz_key = $1`, "raw:"+pm.txn)
-				t0 := time.Now()
-				if err := db.SendBatch(ctx, &b).Close(); err != nil {
-					errs.Add(1)
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	// The raw rows are not deliveries: remove them before the next checks.
-	db.Exec(ctx, `DELETE FROM outbox WHERE order_no IN (SELECT order_no FROM notify_claim WHERE biz_key LIKE 'raw:%')`)
-	db.Exec(ctx, `DELETE FROM notify_claim WHERE biz_key LIKE 'raw:%'`)
-	return Row{Name: "ceiling: raw pgx pipelined", Driver: fmt.Sprintf("%d goroutines", cfg.Workers), Requests: len(all),
-		ReqPerSec: float64(len(all)) / elapsed.Seconds(), Lat: percentilesOf(all), Errors: int(errs.Load()), Codes: map[int]int{}}, nil
-}
-
-func serveFast(h fasthttp.RequestHandler) (net.Listener, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	go (&fasthttp.Server{Handler: h}).Serve(ln)
-	return ln, nil
-}
-
-// invariants checks by SQL, for this run's orders, what must hold whatever
-// the load did: no order moved twice, one outbox row per applied
-// transition, every SUCCESS answered has a DONE claim.
-func invariants(ctx context.Context, db *pgxpool.Pool, channel, prefix string, t *tally) error {
-	var twice, outbox, applied int
-	err := db.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM (SELECT order_no FROM outbox WHERE topic = 'ORDER_PAID' AND order_no LIKE $1 GROUP BY order_no HAVING count(*) > 1) x),
-		(SELECT count(*) FROM outbox WHERE topic = 'ORDER_PAID' AND order_no LIKE $1),
-		(SELECT count(*) FROM notify_claim WHERE claim_state = 'DONE' AND biz_key LIKE $2 AND result_json LIKE '%"outcome":"applied"%')`,
-		prefix+"-%", channel+":TX"+prefix+"-%").Scan(&twice, &outbox, &applied)
-	if err != nil {
-		return fmt.Errorf("invariants: %w", err)
-	}
-	if twice != 0 {
-		return fmt.Errorf("%w: %d orders moved twice", ErrInvariant, twice)
-	}
-	if outbox != applied {
-		return fmt.Errorf("%w: %d ORDER_PAID outbox rows for %d applied claims", ErrInvariant, outbox, applied)
-	}
-	keys := make([]string, 0, len(t.success))
-	for k := range t.success {
-		keys = append(keys, k)
-	}
-	var done int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM notify_claim WHERE claim_state = 'DONE' AND biz_key = ANY($1)`, keys).Scan(&done); err != nil {
-		return fmt.Errorf("invariants: %w", err)
-	}
-	if done != len(keys) {
-		return fmt.Errorf("%w: %d keys answered SUCCESS, %d DONE claims for them", ErrInvariant, len(keys), done)
-	}
-	return nil
-}
-
-// outcomes reads notifyedge_requests_total by outcome: from our own edge's
-// registry, or from an existing deployment's /metrics.
-func outcomes(tg *Target) map[string]int {
-	out := map[string]int{}
-	if tg.stack == nil {
-		return scrapeOutcomes(tg.AdminURL)
-	}
-	mfs, err := tg.stack.Metrics.Registry.Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "notifyedge_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			out[label(m, "outcome")] += int(m.GetCounter().GetValue())
-		}
-	}
-	return out
-}
+// outcomes reads notifyedge_requests_total by outcome from the edge's
+// /metrics (our own edge's admin listener, or the deployment's).
+func outcomes(tg *Target) map[string]int { return scrapeOutcomes(tg.AdminURL) }
 
 // scrapeOutcomes parses notifyedge_requests_total lines of a /metrics page.
 func scrapeOutcomes(admin string) map[string]int {
@@ -546,15 +419,6 @@ func scrapeOutcomes(admin string) map[string]int {
 		out[outcome] += int(n)
 	}
 	return out
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 func diff(after, before map[string]int) map[string]int {
@@ -587,19 +451,37 @@ func liveLine(w io.Writer, name string, start time.Time) func(int64) {
 	}
 }
 
-func rssMiB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
+// rssMiB is this process's resident set now.
+func rssMiB() float64 { return statusMiB("/proc/self/status", "VmRSS:") }
+
+// statusMiB reads a kB field of a /proc/<pid>/status file, in MiB (0 if
+// unreadable).
+func statusMiB(path, field string) float64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			var kb float64
 			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
 			return kb / 1024
 		}
 	}
 	return 0
+}
+
+// loadAvg is /proc/loadavg's three load averages, "" if unreadable.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func machine() string {

@@ -2,22 +2,19 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
-	"github.com/notifyedge/notifyedge/edge"
 )
 
 // Secret is the bench channel's signing secret.
@@ -27,23 +24,26 @@ const Secret = "whsec_YmVuY2gtc2VjcmV0LW5vdGlmeWVkZ2UtMjAyNg=="
 const Channel = "bench"
 
 // Stack is a running notifyedge: Postgres, Redis (cache and stream), the
-// edge on a loopback listener, the outbox relay and the reference shipper.
+// edge on loopback listeners, the outbox relay and the reference shipper.
+// The edge, and the relay with the shipper, run as processes of their own
+// (see part.go), so that their CPU is told apart from the bench's.
 type Stack struct {
 	URL string // http://host:port of the edge
 	// URLNoCache is the same edge flow over the same Postgres with the
 	// cache off; URLNetHTTP the cached flow behind net/http.
 	URLNoCache, URLNetHTTP string
-	// Metrics are the cached edge's (outcome counts come from here).
-	Metrics *edge.Metrics
-	DBURL   string
-	DB      *pgxpool.Pool
-	Store   *durable.Store
-	Redis   *claimcachetest.Server
-	Stream  redis.UniversalClient
+	// AdminURL is the edge's admin listener: /metrics has the cached
+	// edge's outcome counts.
+	AdminURL string
+	DBURL    string
+	DB       *pgxpool.Pool
+	Store    *durable.Store
+	Redis    *claimcachetest.Server
+	Stream   redis.UniversalClient
 
-	cluster *durabletest.Cluster
-	server  *edge.Server
-	stops   []func()
+	cluster     *pgtemp.Cluster
+	edge, relay *part
+	stops       []func()
 }
 
 // StackConfig configures StartStack.
@@ -54,12 +54,18 @@ type StackConfig struct {
 	NoCache bool
 	// Durable runs Postgres with fsync on (for figures).
 	Durable bool
-	// Log receives the edge's logs (default discarded).
+	// Log receives the logs of the edge and relay processes (default
+	// discarded).
 	Log io.Writer
 }
 
 // StartStack starts everything on this machine's loopback.
 func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
+	if _, ok := os.LookupEnv(partEnv); ok {
+		// A re-executed part whose main did not call ChildMain first: it
+		// would start stacks, and parts, of its own, recursively.
+		return nil, errors.New("bench: StartStack in a stack's part process: call bench.ChildMain first in main and TestMain")
+	}
 	if cfg.Budget == 0 {
 		cfg.Budget = 2 * time.Second
 	}
@@ -74,7 +80,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		}
 	}()
 	var err error
-	if s.cluster, err = durabletest.Start(ctx, durabletest.Options{Durable: cfg.Durable}); err != nil {
+	if s.cluster, err = pgtemp.Start(ctx, pgtemp.Options{Durable: cfg.Durable}); err != nil {
 		return nil, err
 	}
 	s.DBURL = s.cluster.URL("postgres")
@@ -94,76 +100,20 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		return nil, err
 	}
 	s.stops = append(s.stops, func() { s.Stream.Close() })
-	var cache edge.Cache
-	if !cfg.NoCache {
-		client, err := claimcache.NewClient(s.Redis.URL(), 25*time.Millisecond, 128)
-		if err != nil {
-			return nil, err
-		}
-		s.stops = append(s.stops, func() { client.Close() })
-		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: cfg.Budget, LocalEntries: 100_000}); err != nil {
-			return nil, err
-		}
-	}
-	ch, err := edge.NewGeneric(edge.GenericConfig{Name: Channel, Secrets: []string{Secret}})
-	if err != nil {
+	spec := partSpec{Role: roleEdge, DBURL: s.DBURL, RedisURL: s.Redis.URL(), Budget: cfg.Budget, NoCache: cfg.NoCache}
+	if s.edge, err = startPart(ctx, spec, cfg.Log); err != nil {
 		return nil, err
 	}
-	logger := slog.New(slog.NewJSONHandler(cfg.Log, nil))
-	s.Metrics = edge.NewMetrics([]string{Channel})
-	s.server, err = edge.New(edge.Config{Channels: []edge.Channel{ch}, Authority: s.Store, Cache: cache,
-		Budget: cfg.Budget, Logger: logger, Metrics: s.Metrics})
-	if err != nil {
-		return nil, err
-	}
-	if s.URL, err = s.serve(s.server); err != nil {
-		return nil, err
-	}
-	noCache, err := edge.New(edge.Config{Channels: []edge.Channel{ch}, Authority: s.Store, Budget: cfg.Budget, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	if s.URLNoCache, err = s.serve(noCache); err != nil {
-		return nil, err
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	hs := &http.Server{Handler: s.server}
-	go hs.Serve(hl)
-	s.stops = append(s.stops, func() { hs.Close() })
-	s.URLNetHTTP = "http://" + hl.Addr().String()
+	s.stops = append(s.stops, s.edge.stop)
+	s.URL, s.URLNoCache, s.URLNetHTTP, s.AdminURL = s.edge.ready.URL, s.edge.ready.URLNoCache, s.edge.ready.URLNetHTTP, s.edge.ready.AdminURL
 	// The relay and the reference shipper, as a deployment runs them.
-	rctx, cancel := context.WithCancel(context.Background())
-	relayDone, shipDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(relayDone)
-		s.Store.RunRelay(rctx, durable.RelayConfig{Publisher: redisstream.NewPublisher(s.Stream, "", 0), Poll: 200 * time.Millisecond})
-	}()
-	go func() {
-		defer close(shipDone)
-		redisstream.RunConsumer(rctx, redisstream.ConsumerConfig{Client: s.Stream, Group: "shipper", Name: "shipper-1",
-			Block: 100 * time.Millisecond, ClaimIdle: 5 * time.Second, Handle: redisstream.ShipOnPaid(s.Store, "shipper", nil)})
-	}()
-	s.stops = append(s.stops, func() { cancel(); <-relayDone; <-shipDone })
+	spec.Role = roleRelay
+	if s.relay, err = startPart(ctx, spec, cfg.Log); err != nil {
+		return nil, err
+	}
+	s.stops = append(s.stops, s.relay.stop)
 	ok = true
 	return s, nil
-}
-
-// serve runs srv on a loopback port until Close.
-func (s *Stack) serve(srv *edge.Server) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	go srv.Serve(ln)
-	s.stops = append(s.stops, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	})
-	return "http://" + ln.Addr().String(), nil
 }
 
 // Close stops everything StartStack started, newest first.
@@ -179,12 +129,12 @@ func (s *Stack) Close() {
 
 // seedPending inserts n PENDING_PAY orders of amount fen, named by
 // nameFormat (one %d, the index), into the database at dbURL.
-func seedPending(ctx context.Context, dbURL, nameFormat string, n int, amount int64) ([]durabletest.Order, error) {
-	orders := make([]durabletest.Order, n)
+func seedPending(ctx context.Context, dbURL, nameFormat string, n int, amount int64) ([]pgtemp.Order, error) {
+	orders := make([]pgtemp.Order, n)
 	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf(nameFormat, i), Status: "PENDING_PAY", Amount: amount, Currency: "CNY"}
+		orders[i] = pgtemp.Order{No: fmt.Sprintf(nameFormat, i), Status: "PENDING_PAY", Amount: amount, Currency: "CNY"}
 	}
-	return orders, durabletest.SeedOrders(ctx, dbURL, orders)
+	return orders, pgtemp.SeedOrders(ctx, dbURL, orders)
 }
 
 // count runs a count query.

@@ -46,11 +46,22 @@ func (r *Report) Ratios() []Ratio {
 func (r *Report) Table() string {
 	var b strings.Builder
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
-	fmt.Fprintf(&b, "notifyedge bench, %s, %s per attack, %s\n\n", r.When.Format(time.RFC3339), r.Duration, r.Machine)
-	fmt.Fprintf(&b, "| %-30s | %-26s | %9s | %9s | %7s | %7s | %7s | %8s | %8s | %-22s | %s |\n",
+	fmt.Fprintf(&b, "notifyedge bench, %s, %s per attack, %s", r.When.Format(time.RFC3339), r.Duration, r.Machine)
+	if r.LoadAvg != "" {
+		fmt.Fprintf(&b, ", load average before %s", r.LoadAvg)
+	}
+	b.WriteString("\n\n")
+	fmt.Fprintf(&b, "| %-30s | %-26s | %9s | %9s | %7s | %7s | %7s | %8s | %8s | %-22s | %s |",
 		"scenario", "driver", "requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "codes / errors", "invariants")
-	fmt.Fprintf(&b, "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 32), strings.Repeat("-", 28), strings.Repeat("-", 11),
+	for _, c := range cpuColumns {
+		fmt.Fprintf(&b, " %10s |", c)
+	}
+	fmt.Fprintf(&b, "\n|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|", strings.Repeat("-", 32), strings.Repeat("-", 28), strings.Repeat("-", 11),
 		strings.Repeat("-", 11), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 9), strings.Repeat("-", 10), strings.Repeat("-", 10), strings.Repeat("-", 24), "---")
+	for range cpuColumns {
+		fmt.Fprintf(&b, "%s|", strings.Repeat("-", 11)+":")
+	}
+	b.WriteString("\n")
 	for _, row := range r.Rows {
 		var codes []string
 		for c, n := range row.Codes {
@@ -64,9 +75,17 @@ func (r *Report) Table() string {
 		if check == "" {
 			check = "-"
 		}
-		fmt.Fprintf(&b, "| %-30s | %-26s | %9d | %9.0f | %7s | %7s | %7s | %8s | %8s | %-22s | %s |\n",
+		fmt.Fprintf(&b, "| %-30s | %-26s | %9d | %9.0f | %7s | %7s | %7s | %8s | %8s | %-22s | %s |",
 			row.Name, row.Driver, row.Requests, row.ReqPerSec, ms(row.Lat.P50), ms(row.Lat.P90), ms(row.Lat.P99), ms(row.Lat.P999), ms(row.Lat.Max), strings.Join(codes, " "), check)
+		c := row.CPU
+		for _, v := range []*float64{c.Machine, c.Edge, c.Postgres, c.Redis, c.Relay, c.Driver} {
+			fmt.Fprintf(&b, " %10s |", micros(v))
+		}
+		b.WriteString("\n")
 	}
+	b.WriteString("\nCPU µs per answered request, from /proc before and after each attack: machine is all CPUs' busy time;\n" +
+		"pg is the postmaster with all its backends; relay is the outbox relay and the shipper (their own process);\n" +
+		"driver is the bench process, the load generator (for the ceilings, with their server in it). Empty: not readable.\n")
 	b.WriteString("\nOutcomes (from notifyedge_requests_total):\n")
 	for _, row := range r.Rows {
 		if len(row.Outcomes) == 0 {
@@ -83,9 +102,27 @@ func (r *Report) Table() string {
 	for _, q := range r.Ratios() {
 		fmt.Fprintf(&b, "  %-52s %6.2f   target %s\n", q.Name, q.Value, q.Target)
 	}
-	fmt.Fprintf(&b, "\nbench process RSS at peak (the edge runs in it): %.0f MiB\n", r.RSSMiB)
+	fmt.Fprintf(&b, "\nbench process RSS at peak (the generator): %.0f MiB\n", r.RSSMiB)
+	if r.EdgeRSSMiB > 0 {
+		fmt.Fprintf(&b, "edge process RSS at peak: %.0f MiB\n", r.EdgeRSSMiB)
+	}
 	if r.RedisBytesPerKey > 0 {
 		fmt.Fprintf(&b, "cache Redis after the scenarios: %.0f bytes of used_memory per key (stream and baseline included)\n", r.RedisBytesPerKey)
 	}
 	return b.String()
+}
+
+// cpuColumns head the table's CPU columns, in CPUCost's order.
+var cpuColumns = []string{"machine µs", "edge µs", "pg µs", "redis µs", "relay µs", "driver µs"}
+
+// micros formats µs per request: empty when unknown, one decimal below 10.
+func micros(v *float64) string {
+	switch {
+	case v == nil:
+		return ""
+	case *v < 10:
+		return fmt.Sprintf("%.1f", *v)
+	default:
+		return fmt.Sprintf("%.0f", *v)
+	}
 }

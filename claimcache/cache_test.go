@@ -306,10 +306,67 @@ func TestLocalDoneEntries(t *testing.T) {
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Won {
 		t.Errorf("after LocalTTL (Redis flushed): %v %v, want won from Redis", r.Verdict, err)
 	}
-	// Bounded: many keys evict the oldest.
-	for i := range 1000 {
-		kk := fmt.Appendf(nil, "%s-%d", k, i)
-		c.Claim(ctx, kk, digest("a"))
-		c.Complete(ctx, kk, digest("a"), []byte("x"))
+	// After LocalTTL, a Done answer from Redis refreshes the expired local
+	// entry: a hot key does not go to Redis on every request from then on.
+	if err := c.Complete(ctx, k, digest("a"), []byte("answer")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Done {
+		t.Fatalf("after LocalTTL: %v %v, want done from Redis", r.Verdict, err)
+	}
+	mini.SetError("LOADING down")
+	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Done || r.Response != "answer" {
+		t.Errorf("expired entry not refreshed from Redis's answer: %v %q %v", r.Verdict, r.Response, err)
+	}
+	mini.SetError("")
+}
+
+// Bounded: many keys evict the oldest. Each shard of the local table is a
+// FIFO of its own, so after many keys it holds exactly the newest keys of
+// each shard, up to its capacity, and no more than LocalEntries in all.
+func TestLocalDoneEntriesBounded(t *testing.T) {
+	ctx := context.Background()
+	mini := miniredis.RunT(t)
+	const entries = 128
+	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{LocalEntries: entries, LocalTTL: time.Minute})
+	keys := make([][]byte, 1000)
+	byShard := map[int][][]byte{}
+	capacity := 0
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "%s-%d", newKey(t), i)
+		if r, err := c.Claim(ctx, keys[i], digest("a")); err != nil || r.Verdict != claimcache.Won {
+			t.Fatalf("claim %s: %v %v", keys[i], r.Verdict, err)
+		}
+		if err := c.Complete(ctx, keys[i], digest("a"), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		var sh int
+		sh, capacity = claimcache.LocalShard(c, keys[i])
+		byShard[sh] = append(byShard[sh], keys[i])
+	}
+	want := map[string]bool{}
+	for _, ks := range byShard {
+		for _, k := range ks[max(len(ks)-capacity, 0):] {
+			want[string(k)] = true
+		}
+	}
+	n, slots := claimcache.LocalLen(c)
+	if n > entries || n != len(want) || slots != n {
+		t.Errorf("local table holds %d entries in %d slots, want %d (at most %d), one slot each", n, slots, len(want), entries)
+	}
+	// With Redis failing, only the local table answers.
+	mini.SetError("LOADING down")
+	var wrong int
+	for i, k := range keys {
+		r, err := c.Claim(ctx, k, digest("a"))
+		if held := err == nil && r.Verdict == claimcache.Done; held != want[string(k)] {
+			if wrong++; wrong <= 5 {
+				t.Errorf("key %d of %d: held %v, want %v (%v %v)", i, len(keys), held, want[string(k)], r.Verdict, err)
+			}
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d keys held or evicted wrongly", wrong)
 	}
 }

@@ -11,7 +11,8 @@ import (
 // may answer its duplicates without a round trip; Postgres stays the
 // authority and Redis the shared cache. It is filled only from a Done
 // verdict or after Complete, and bounded: each shard evicts its oldest
-// entry (FIFO) when full.
+// entry (FIFO) when full. An entry past its TTL is replaced by the next put
+// of its key and counts from then on as the shard's newest.
 type local struct {
 	ttl    time.Duration
 	seed   maphash.Seed
@@ -19,16 +20,28 @@ type local struct {
 }
 
 type localShard struct {
-	mu    sync.Mutex
-	m     map[string]localEntry
-	order []string // insertion order, for eviction
+	mu sync.Mutex
+	m  map[string]localEntry
+	// order holds a slot per insertion, oldest first, for eviction. A
+	// replaced entry leaves its old slot behind (removing it would cost a
+	// scan under the lock): a slot whose seq is not its entry's is stale,
+	// skipped by eviction and dropped by compaction, so order stays within
+	// 2*max slots and a stale slot never evicts the entry that replaced it.
+	order []localSlot
+	seq   uint64 // stamps each insertion
 	max   int
+}
+
+type localSlot struct {
+	key string
+	seq uint64
 }
 
 type localEntry struct {
 	digest   Digest
 	response string
-	expires  int64 // unix nanos
+	expires  int64  // unix nanos
+	seq      uint64 // the insertion that wrote it: its live slot has the same
 }
 
 func newLocal(entries int, ttl time.Duration) *local {
@@ -57,19 +70,57 @@ func (l *local) get(key []byte) (localEntry, bool) {
 	return e, true
 }
 
-// put records a done entry (the first one for a key wins, like Redis's).
+// put records a done entry. The first one for a key wins, like Redis's,
+// until it expires; then this one replaces it, or a hot key would go to
+// Redis on every request until FIFO eviction reached it.
 func (l *local) put(key []byte, d Digest, response string) {
 	s := l.shard(key)
+	now := time.Now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.m[string(key)]; ok {
+	old, replacing := s.m[string(key)]
+	if replacing && now <= old.expires {
 		return
 	}
-	for len(s.order) >= s.max {
-		delete(s.m, s.order[0])
-		s.order = s.order[1:]
+	if !replacing {
+		for len(s.m) >= s.max {
+			s.evictOldest()
+		}
 	}
 	k := string(key)
-	s.m[k] = localEntry{digest: d, response: response, expires: time.Now().Add(l.ttl).UnixNano()}
-	s.order = append(s.order, k)
+	s.seq++
+	s.m[k] = localEntry{digest: d, response: response, expires: now + int64(l.ttl), seq: s.seq}
+	s.order = append(s.order, localSlot{key: k, seq: s.seq})
+	if len(s.order) > 2*s.max {
+		s.compact()
+	}
+}
+
+// evictOldest deletes the oldest live entry, dropping the stale slots in
+// front of it. Every entry has its live slot in order, so one is found
+// while the map is not empty.
+func (s *localShard) evictOldest() {
+	for len(s.order) > 0 {
+		o := s.order[0]
+		s.order[0] = localSlot{} // the backing array must not keep the key alive
+		s.order = s.order[1:]
+		if e, ok := s.m[o.key]; ok && e.seq == o.seq {
+			delete(s.m, o.key)
+			return
+		}
+	}
+}
+
+// compact drops the stale slots, keeping the live ones in order. It runs
+// after at least max replacements since the last time, so its cost is
+// constant per put on average.
+func (s *localShard) compact() {
+	live := s.order[:0]
+	for _, o := range s.order {
+		if e, ok := s.m[o.key]; ok && e.seq == o.seq {
+			live = append(live, o)
+		}
+	}
+	clear(s.order[len(live):])
+	s.order = live
 }

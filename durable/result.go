@@ -75,8 +75,12 @@ type Result struct {
 	// found open ("" for none).
 	Review ReviewReason
 	// Canonical is the result_json of the DONE claim, byte for byte as
-	// stored (nil unless Outcome.Done()). Adapters render the answer from
-	// it, so a replay from Postgres equals the first answer.
+	// stored (nil unless Outcome.Done()): the durable record of the first
+	// answer, for callers that audit or compare results (the tests check
+	// that a replay carries the first delivery's bytes). Adapters do not
+	// render from it: they render from Outcome and Status, which a replay
+	// reads back from these same bytes (ParseCanonical), so it answers as
+	// the first delivery did.
 	Canonical []byte
 }
 

@@ -27,6 +27,12 @@ var (
 	// ErrUnknownOrder is returned by Transition for an order that does not
 	// exist.
 	ErrUnknownOrder = errors.New("durable: unknown order")
+	// ErrOrderChanged marks a call that gave up because another writer kept
+	// changing the order under it: rewrote its amount or currency, deleted
+	// it, or moved it on again and again. durable's functions raise SQLSTATE
+	// 40001 (serialization_failure) then, so the transaction rolled back and
+	// stored nothing: retrying the call decides afresh.
+	ErrOrderChanged = errors.New("durable: order changed during the call, nothing stored")
 )
 
 // Config configures a Store. Zero fields take the defaults noted.
@@ -171,14 +177,22 @@ func (s *Store) Close() {
 
 // wrap adds the operation to err and keeps the cause testable: a context
 // that ended makes errors.Is(err, ctx.Err()) true even when the server
-// reported the cancellation first; server-side timeouts are ErrTimeout.
+// reported the cancellation first; server-side timeouts are ErrTimeout, and
+// serialization failures (under READ COMMITTED, the default, only durable's
+// functions raise them) are ErrOrderChanged. The *pgconn.PgError stays in
+// the chain.
 func wrap(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%s: %w (%w)", op, cerr, err)
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03") {
-		return fmt.Errorf("%s: %w: %w", op, ErrTimeout, err)
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57014", "55P03": // query_canceled, lock_not_available
+			return fmt.Errorf("%s: %w: %w", op, ErrTimeout, err)
+		case "40001": // serialization_failure
+			return fmt.Errorf("%s: %w: %w", op, ErrOrderChanged, err)
+		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 type noAuthority struct{ t *testing.T }
@@ -31,6 +32,9 @@ func (a noAuthority) RecordReview(context.Context, durable.Notification, durable
 // at most 2 times beyond one bare go-redis SET NX GET and writing the same
 // response into the same RequestCtx: what the libraries themselves need.
 // Measured against a real redis-server (miniredis would count its own
+
+const allocSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
 // allocations, being in-process).
 func TestCacheHitAllocations(t *testing.T) {
 	srv, err := claimcachetest.Start()
@@ -45,13 +49,13 @@ func TestCacheHitAllocations(t *testing.T) {
 	defer client.Close()
 	cache, _ := claimcache.New(claimcache.Config{Client: client})
 	now := time.Now()
-	g, _ := NewGeneric(GenericConfig{Name: "acme", Secrets: []string{fuzzSecret}, Now: func() time.Time { return now }})
-	s, err := New(Config{Channels: []Channel{g}, Authority: noAuthority{t}, Cache: cache})
+	g, _ := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{allocSecret}, Now: func() time.Time { return now }})
+	s, err := New(Config{Channels: []channel.Channel{g}, Authority: noAuthority{t}, Cache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := []byte(`{"channel_txn_id":"4200001234202612020000001","event_type":"PAY_SUCCESS","order_no":"O202612020001","amount":1999,"currency":"CNY"}`)
-	sig, _ := SignWebhook(fuzzSecret, "msg_1", now.Unix(), body)
+	sig, _ := channel.SignWebhook(allocSecret, "msg_1", now.Unix(), body)
 	var req fasthttp.Request
 	req.SetRequestURI("/notify/acme")
 	req.Header.SetMethod("POST")
@@ -64,8 +68,8 @@ func TestCacheHitAllocations(t *testing.T) {
 	ctx.Init(&req, nil, nil)
 
 	// Store the answer as a committed delivery would have.
-	var d Delivery
-	g.Parse(&Request{Body: body, ContentType: []byte("application/json"), Header: &req.Header}, &d)
+	var d channel.Delivery
+	g.Parse(&channel.Request{Body: body, ContentType: []byte("application/json"), Header: &req.Header}, &d)
 	answer := `{"code":"SUCCESS","outcome":"applied","status":"PAID"}`
 	stored := encodeCached(nil, 200, "application/json", []byte(answer))
 	if err := cache.Complete(context.Background(), d.Key, d.Sum, stored); err != nil {
@@ -103,7 +107,7 @@ func TestCacheHitAllocations(t *testing.T) {
 	if err := local.Complete(context.Background(), d.Key, d.Sum, stored); err != nil {
 		t.Fatal(err)
 	}
-	sl, err := New(Config{Channels: []Channel{g}, Authority: noAuthority{t}, Cache: local})
+	sl, err := New(Config{Channels: []channel.Channel{g}, Authority: noAuthority{t}, Cache: local})
 	if err != nil {
 		t.Fatal(err)
 	}

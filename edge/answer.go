@@ -4,13 +4,14 @@ import (
 	"net/http"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // Outcome is how a request ended: the outcome label of
 // notifyedge_requests_total.
 type Outcome uint8
 
-// The contract's request outcomes.
+// The request outcomes.
 const (
 	OutcomeApplied Outcome = iota
 	OutcomeSkipped
@@ -30,142 +31,98 @@ const (
 	numOutcomes
 )
 
-var outcomeLabels = [numOutcomes]string{
-	"applied", "skipped", "replayed_cache", "replayed_db", "premature", "conflict",
-	"amount_mismatch", "merchant_mismatch", "unknown_order", "unknown_channel",
-	"bad_signature", "bad_request", "too_large", "unavailable", "internal",
+// answer is one row of the answers table: everything that follows from an
+// outcome, kept in one place so that a new outcome is one new row.
+type answer struct {
+	// label is the metric label.
+	label string
+	// http is the status of a FAIL answer (DONE outcomes are always 200).
+	http int
+	// body is the answer body's "outcome" ("" to omit it).
+	body string
+	// durable is the durable outcome this row answers (zero for none),
+	// and message the FAIL message that goes with it.
+	durable durable.Outcome
+	message string
+}
+
+var answers = [numOutcomes]answer{
+	OutcomeApplied:          {label: "applied", http: http.StatusOK, body: "applied", durable: durable.Applied},
+	OutcomeSkipped:          {label: "skipped", http: http.StatusOK, body: "skipped", durable: durable.Skipped},
+	OutcomeReplayedCache:    {label: "replayed_cache", http: http.StatusOK},
+	OutcomeReplayedDB:       {label: "replayed_db", http: http.StatusOK},
+	OutcomePremature:        {label: "premature", http: http.StatusConflict, body: "premature", durable: durable.Premature, message: "the event arrived before the payment it depends on; retry later"},
+	OutcomeConflict:         {label: "conflict", http: http.StatusUnprocessableEntity, body: "conflict", durable: durable.Conflict, message: "same key, different content: held for review"},
+	OutcomeAmountMismatch:   {label: "amount_mismatch", http: http.StatusUnprocessableEntity, body: "amount_mismatch", durable: durable.AmountMismatch, message: "amount or currency differs from the order: held for review"},
+	OutcomeMerchantMismatch: {label: "merchant_mismatch", http: http.StatusUnprocessableEntity, body: "merchant_mismatch"},
+	OutcomeUnknownOrder:     {label: "unknown_order", http: http.StatusNotFound, body: "unknown_order", durable: durable.UnknownOrder, message: "unknown order: held for review"},
+	OutcomeUnknownChannel:   {label: "unknown_channel", http: http.StatusNotFound, message: "unknown channel"},
+	OutcomeBadSignature:     {label: "bad_signature", http: http.StatusUnauthorized},
+	OutcomeBadRequest:       {label: "bad_request", http: http.StatusBadRequest},
+	OutcomeTooLarge:         {label: "too_large", http: http.StatusRequestEntityTooLarge},
+	OutcomeUnavailable:      {label: "unavailable", http: http.StatusServiceUnavailable, message: "temporarily unavailable; retry"},
+	OutcomeInternal:         {label: "internal", http: http.StatusInternalServerError, message: "internal error; retry"},
 }
 
 // String returns the metric label of o.
 func (o Outcome) String() string {
 	if o < numOutcomes {
-		return outcomeLabels[o]
+		return answers[o].label
 	}
-	return "internal"
+	return answers[OutcomeInternal].label
 }
 
-// Verdict is one answer before a channel renders it.
-type Verdict struct {
-	// HTTP is the status code.
-	HTTP int
-	// Success is true for a SUCCESS answer (code "SUCCESS"), false for FAIL.
-	Success bool
-	// Outcome is the body's outcome ("" to omit it): applied, skipped,
-	// premature, conflict, amount_mismatch, merchant_mismatch, unknown_order.
-	Outcome string
-	// Status is the order's state ("" to omit it).
-	Status string
-	// Message says why, for a FAIL ("" to omit it).
-	Message string
-}
-
-// Code returns "SUCCESS" or "FAIL".
-func (v *Verdict) Code() string {
-	if v.Success {
-		return "SUCCESS"
+// fromDurable maps each durable outcome to its row, built from the table.
+var fromDurable = func() map[durable.Outcome]Outcome {
+	m := make(map[durable.Outcome]Outcome)
+	for o, a := range answers {
+		if a.durable != 0 {
+			m[a.durable] = Outcome(o)
+		}
 	}
-	return "FAIL"
-}
+	return m
+}()
 
-// The answers table. For DONE outcomes (applied, skipped, and their replays)
-// the verdict depends only on the stored result, so every replay renders
-// the first answer's bytes.
-func doneVerdict(o durable.Outcome, status durable.State) Verdict {
-	return Verdict{HTTP: http.StatusOK, Success: true, Outcome: o.String(), Status: string(status)}
-}
-
-// failVerdict maps a durable result that is not DONE, and every rejection,
-// to its answer.
-func failVerdict(o Outcome, status durable.State, msg string) Verdict {
-	v := Verdict{Status: string(status), Message: msg}
-	switch o {
-	case OutcomePremature:
-		v.HTTP, v.Outcome = http.StatusConflict, "premature"
-	case OutcomeConflict:
-		v.HTTP, v.Outcome = http.StatusUnprocessableEntity, "conflict"
-	case OutcomeAmountMismatch:
-		v.HTTP, v.Outcome = http.StatusUnprocessableEntity, "amount_mismatch"
-	case OutcomeMerchantMismatch:
-		v.HTTP, v.Outcome = http.StatusUnprocessableEntity, "merchant_mismatch"
-	case OutcomeUnknownOrder:
-		v.HTTP, v.Outcome = http.StatusNotFound, "unknown_order"
-	case OutcomeUnknownChannel:
-		v.HTTP = http.StatusNotFound
-	case OutcomeBadSignature:
-		v.HTTP = http.StatusUnauthorized
-	case OutcomeBadRequest:
-		v.HTTP = http.StatusBadRequest
-	case OutcomeTooLarge:
-		v.HTTP = http.StatusRequestEntityTooLarge
-	case OutcomeUnavailable:
-		v.HTTP = http.StatusServiceUnavailable
-	default:
-		v.HTTP = http.StatusInternalServerError
-	}
-	return v
-}
-
-// resultOutcome maps durable's non-DONE outcomes to request outcomes.
-func resultOutcome(o durable.Outcome) Outcome {
-	switch o {
-	case durable.Premature:
-		return OutcomePremature
-	case durable.Conflict:
-		return OutcomeConflict
-	case durable.AmountMismatch:
-		return OutcomeAmountMismatch
-	case durable.UnknownOrder:
-		return OutcomeUnknownOrder
+// durableOutcome returns the request outcome of a durable outcome
+// (OutcomeInternal for one the table does not answer).
+func durableOutcome(o durable.Outcome) Outcome {
+	if r, ok := fromDurable[o]; ok {
+		return r
 	}
 	return OutcomeInternal
 }
 
-var resultMessages = map[durable.Outcome]string{
-	durable.Premature:      "the event arrived before the payment it depends on; retry later",
-	durable.Conflict:       "same key, different content: held for review",
-	durable.AmountMismatch: "amount or currency differs from the order: held for review",
-	durable.UnknownOrder:   "unknown order: held for review",
+// fromReject maps an adapter's refusal to its outcome.
+var fromReject = [...]Outcome{
+	channel.BadRequest:       OutcomeBadRequest,
+	channel.BadSignature:     OutcomeBadSignature,
+	channel.MerchantMismatch: OutcomeMerchantMismatch,
 }
 
-func channelEvent(b []byte) bool {
-	_, ok := durable.ParseChannelEvent(b)
-	return ok
+// rejectOutcome returns the request outcome of an adapter's refusal.
+func rejectOutcome(k channel.RejectKind) Outcome {
+	if int(k) < len(fromReject) {
+		return fromReject[k]
+	}
+	return OutcomeBadRequest
 }
 
-// appendJSONString appends s as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	dst = append(dst, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
+// doneVerdict is the answer of a DONE outcome (applied, skipped, and their
+// replays): it depends only on the stored result, so every replay renders
+// the first answer's bytes.
+func doneVerdict(o durable.Outcome, status durable.State) channel.Verdict {
+	return channel.Verdict{HTTP: http.StatusOK, Success: true, Outcome: o.String(), Status: string(status)}
 }
 
-// appendVerdictJSON appends {"code":..,"outcome":..,"status":..,"message":..},
-// keys in that order, empty ones omitted: the generic channel's answer.
-func appendVerdictJSON(dst []byte, v *Verdict) []byte {
-	dst = append(dst, `{"code":`...)
-	dst = appendJSONString(dst, v.Code())
-	if v.Outcome != "" {
-		dst = append(dst, `,"outcome":`...)
-		dst = appendJSONString(dst, v.Outcome)
+// failVerdict is the answer of every other outcome; msg "" takes the
+// table's message.
+func failVerdict(o Outcome, status durable.State, msg string) channel.Verdict {
+	if o >= numOutcomes {
+		o = OutcomeInternal
 	}
-	if v.Status != "" {
-		dst = append(dst, `,"status":`...)
-		dst = appendJSONString(dst, v.Status)
+	a := &answers[o]
+	if msg == "" {
+		msg = a.message
 	}
-	if v.Message != "" {
-		dst = append(dst, `,"message":`...)
-		dst = appendJSONString(dst, v.Message)
-	}
-	return append(dst, '}')
+	return channel.Verdict{HTTP: a.http, Outcome: a.body, Status: string(status), Message: msg}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // benchEdge serves the edge over an in-memory listener (no sockets) in
@@ -62,8 +63,8 @@ func benchEdgeCounted(b *testing.B, opts ...benchOpt) (*fasthttp.Client, string,
 			cache = cc
 		}
 	}
-	acme, _ := edge.NewGeneric(edge.GenericConfig{Name: "acme", Secrets: []string{testSecret}})
-	srv, err := edge.New(edge.Config{Channels: []edge.Channel{acme}, Authority: store, Cache: cache, Budget: 5 * time.Second})
+	acme, _ := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{testSecret}})
+	srv, err := edge.New(edge.Config{Channels: []channel.Channel{acme}, Authority: store, Cache: cache, Budget: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func signedRequestsFrom(b *testing.B, dbURL, prefix string, n int) [][]string {
 		orders[i] = durabletest.Order{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
 		p := body("TX"+no, "PAY_SUCCESS", no, 1999)
 		id := fmt.Sprintf("msg_%d", i)
-		sig, _ := edge.SignWebhook(testSecret, id, now, []byte(p))
+		sig, _ := channel.SignWebhook(testSecret, id, now, []byte(p))
 		reqs[i] = []string{p, id, fmt.Sprint(now), sig}
 	}
 	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // Authority decides deliveries durably: the only source of truth.
@@ -29,22 +30,21 @@ type Cache interface {
 	Wait(ctx context.Context, key []byte, d claimcache.Digest) (claimcache.Result, error)
 	Complete(ctx context.Context, key []byte, d claimcache.Digest, response []byte) error
 	Abort(ctx context.Context, key []byte, d claimcache.Digest, t claimcache.Token) error
-	State() string
 }
 
 // exchange is one request's pooled state: the transport fills req, the flow
 // fills the rest, the transport writes the answer. Everything in it is
 // request-scoped and reset on release.
 type exchange struct {
-	req      Request
-	d        Delivery
-	verdict  Verdict
+	req      channel.Request
+	d        channel.Delivery
+	verdict  channel.Verdict
 	body     []byte // the rendered answer
 	ctype    string
 	replayed bool
 	outcome  Outcome
 	path     Path
-	channel  Channel // nil for an unknown channel or path
+	channel  channel.Channel // nil for an unknown channel or path
 	review   durable.ReviewReason
 	err      error
 	cached   []byte // the answer as the cache stores it
@@ -66,12 +66,13 @@ func putExchange(x *exchange) {
 func (s *Server) decide(start time.Time, x *exchange) {
 	ch, ok := s.channels[string(x.req.Channel)]
 	if !ok {
-		s.fail(x, OutcomeUnknownChannel, "", "unknown channel")
+		s.fail(x, OutcomeUnknownChannel, "", "")
 		return
 	}
 	x.channel = ch
 	if rej := ch.Parse(&x.req, &x.d); rej != nil {
-		if rej.Outcome == OutcomeMerchantMismatch {
+		o := rejectOutcome(rej.Kind)
+		if o == OutcomeMerchantMismatch {
 			// Authentic, but for another merchant or app: a human must look.
 			x.path = PathDurable
 			ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
@@ -79,12 +80,12 @@ func (s *Server) decide(start time.Time, x *exchange) {
 			cancel()
 			if err != nil {
 				x.err = err
-				s.fail(x, OutcomeUnavailable, "", "temporarily unavailable; retry")
+				s.fail(x, OutcomeUnavailable, "", "")
 				return
 			}
 			x.review = durable.ReviewMerchantMismatch
 		}
-		s.fail(x, rej.Outcome, "", rej.Message)
+		s.fail(x, o, "", rej.Message)
 		return
 	}
 	// The cache answers hot duplicates; Won, Mismatch, a slow owner and any
@@ -116,7 +117,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 	}
 	if err != nil {
 		x.err = err
-		msg := "temporarily unavailable; retry"
+		msg := "" // the table's
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, durable.ErrTimeout) {
 			msg = "latency budget exceeded; retry"
 		}
@@ -145,7 +146,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 	if res.Outcome == durable.Premature {
 		status = res.Status // tells the channel what the payment has not reached yet
 	}
-	s.fail(x, resultOutcome(res.Outcome), status, resultMessages[res.Outcome])
+	s.fail(x, durableOutcome(res.Outcome), status, "")
 }
 
 // process asks the authority, under what is left of the budget less a
@@ -236,7 +237,7 @@ func (s *Server) fail(x *exchange, o Outcome, status durable.State, msg string) 
 		x.body, x.ctype = x.channel.Render(x.body[:0], &x.verdict)
 		return
 	}
-	x.body, x.ctype = appendVerdictJSON(x.body[:0], &x.verdict), "application/json"
+	x.body, x.ctype = channel.AppendVerdictJSON(x.body[:0], &x.verdict), "application/json"
 }
 
 // finish records the request: its metrics always, a log line for every
@@ -259,12 +260,12 @@ func (s *Server) finish(start time.Time, x *exchange) {
 	case x.outcome == OutcomeInternal:
 		level = slog.LevelError
 	}
-	channel := UnknownChannel
+	name := UnknownChannel
 	if x.channel != nil {
-		channel = x.channel.Name()
+		name = x.channel.Name()
 	}
 	attrs := []slog.Attr{
-		slog.String("channel", channel),
+		slog.String("channel", name),
 		slog.String("outcome", x.outcome.String()),
 		slog.Int("http", x.verdict.HTTP),
 		slog.Float64("latency_ms", float64(elapsed.Microseconds())/1000),

@@ -22,6 +22,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -63,7 +64,7 @@ type options struct {
 	redisURL string
 	redis    *claimcachetest.Server
 	// channels are configured beside acme.
-	channels []edge.Channel
+	channels []channel.Channel
 }
 
 func setup(t testing.TB, o options) *bundle {
@@ -90,11 +91,11 @@ func setup(t testing.TB, o options) *bundle {
 	if o.secrets == nil {
 		o.secrets = []string{testSecret}
 	}
-	acme, err := edge.NewGeneric(edge.GenericConfig{Name: "acme", Secrets: o.secrets})
+	acme, err := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: o.secrets})
 	if err != nil {
 		t.Fatal(err)
 	}
-	channels := append([]edge.Channel{acme}, o.channels...)
+	channels := append([]channel.Channel{acme}, o.channels...)
 	names := make([]string, len(channels))
 	for i, c := range channels {
 		names[i] = c.Name()
@@ -200,9 +201,9 @@ func signed(t testing.TB, secret string, ts time.Time, payload string) http.Head
 // signedID is signed with a chosen webhook-id.
 func signedID(t testing.TB, secret, id string, ts time.Time, payload string) http.Header {
 	t.Helper()
-	sig, err := edge.SignWebhook(secret, id, ts.Unix(), []byte(payload))
+	sig, err := channel.SignWebhook(secret, id, ts.Unix(), []byte(payload))
 	if err != nil {
-		t.Fatal(err)
+		t.Errorf("sign: %v", err) // not Fatal: storms sign from spawned goroutines
 	}
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
@@ -212,16 +213,21 @@ func signedID(t testing.TB, secret, id string, ts time.Time, payload string) htt
 	return h
 }
 
+// send is safe to call from spawned goroutines: a transport failure is
+// reported with t.Errorf (t.Fatal there would hang the test instead of
+// failing it) and answered as status 0, which every caller's checks refuse.
 func (b *bundle) send(t testing.TB, method, path string, h http.Header, payload string) reply {
 	t.Helper()
 	req, err := http.NewRequest(method, b.url+path, strings.NewReader(payload))
 	if err != nil {
-		t.Fatal(err)
+		t.Errorf("%s %s: %v", method, path, err)
+		return reply{body: err.Error()}
 	}
 	req.Header = h
 	resp, err := b.client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		t.Errorf("%s %s: %v", method, path, err)
+		return reply{body: err.Error()}
 	}
 	defer resp.Body.Close()
 	got, _ := io.ReadAll(resp.Body)
@@ -232,6 +238,14 @@ func (b *bundle) send(t testing.TB, method, path string, h http.Header, payload 
 func (b *bundle) post(t testing.TB, payload string) reply {
 	t.Helper()
 	return b.send(t, http.MethodPost, "/notify/acme", signed(t, testSecret, time.Now(), payload), payload)
+}
+
+// postAsync posts from a goroutine of its own and hands the reply over
+// on the returned channel (send reports failures with t.Errorf there).
+func (b *bundle) postAsync(t testing.TB, payload string) <-chan reply {
+	r := make(chan reply, 1)
+	go func() { r <- b.post(t, payload) }()
+	return r
 }
 
 // counts is how many rows each table holds: "stores nothing" is "counts

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 )
@@ -21,7 +22,7 @@ import (
 // Config configures a Server. Zero fields take the defaults noted.
 type Config struct {
 	// Channels are the configured channels (at least one).
-	Channels []Channel
+	Channels []channel.Channel
 	// Authority decides deliveries (required).
 	Authority Authority
 	// Cache answers hot duplicates (nil: off, Postgres answers everything).
@@ -44,7 +45,7 @@ type Config struct {
 
 // Server is the public callback endpoint.
 type Server struct {
-	channels      map[string]Channel
+	channels      map[string]channel.Channel
 	authority     Authority
 	cache         Cache
 	budget        time.Duration
@@ -67,7 +68,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("edge: no channel configured")
 	}
 	s := &Server{
-		channels:  make(map[string]Channel, len(cfg.Channels)),
+		channels:  make(map[string]channel.Channel, len(cfg.Channels)),
 		authority: cfg.Authority,
 		cache:     cfg.Cache,
 		budget:    cmp.Or(cfg.Budget, 200*time.Millisecond),
@@ -109,12 +110,6 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Metrics returns the server's metrics.
-func (s *Server) Metrics() *Metrics { return s.metrics }
-
-// Budget returns the latency budget.
-func (s *Server) Budget() time.Duration { return s.budget }
-
 // Serve answers callbacks on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.fast.Serve(ln) }
 
@@ -133,14 +128,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 var (
-	notifyPrefix    = []byte("/notify/")
-	headerReplayed  = "Idempotent-Replayed"
-	valueTrue       = []byte("true")
-	methodNotPost   = "method not allowed: use POST"
-	noSuchPath      = "no such path: POST /notify/{channel}"
-	headerAllow     = "Allow"
-	valuePost       = []byte("POST")
-	messageInternal = "internal error; retry"
+	notifyPrefix   = []byte("/notify/")
+	headerReplayed = "Idempotent-Replayed"
+	valueTrue      = []byte("true")
+	methodNotPost  = "method not allowed: use POST"
+	noSuchPath     = "no such path: POST /notify/{channel}"
+	headerAllow    = "Allow"
+	valuePost      = []byte("POST")
 )
 
 // HandleFastHTTP is the fasthttp handler of the public endpoint.
@@ -152,7 +146,7 @@ func (s *Server) HandleFastHTTP(ctx *fasthttp.RequestCtx) {
 		if p := recover(); p != nil {
 			s.log.Error("panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			x.channel = nil
-			s.fail(x, OutcomeInternal, "", messageInternal)
+			s.fail(x, OutcomeInternal, "", "")
 			s.write(ctx, x)
 			s.finish(start, x)
 		}
@@ -257,7 +251,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.finish(start, x)
 }
 
-// httpHeader adapts net/http headers to HeaderReader.
+// httpHeader adapts net/http headers to channel.HeaderReader.
 type httpHeader http.Header
 
 func (h httpHeader) Peek(name string) []byte { return []byte(http.Header(h).Get(name)) }

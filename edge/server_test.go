@@ -15,6 +15,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // authorityFunc is a fake of edge's own Authority interface.
@@ -47,10 +48,10 @@ func (s *syncBuffer) String() string {
 }
 
 func TestPanicIs500AndLogged(t *testing.T) {
-	acme, _ := edge.NewGeneric(edge.GenericConfig{Name: "acme", Secrets: []string{testSecret}})
+	acme, _ := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{testSecret}})
 	var logs syncBuffer
 	srv, err := edge.New(edge.Config{
-		Channels:  []edge.Channel{acme},
+		Channels:  []channel.Channel{acme},
 		Authority: authorityFunc(func(context.Context, durable.Notification) (durable.Result, error) { panic("boom") }),
 		Logger:    slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
@@ -107,8 +108,7 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	b.order(t, "O-g", durable.PendingPay, 1999)
 	ctx := context.Background()
 	release := b.lockOrder(t, "O-g")
-	answered := make(chan reply, 1)
-	go func() { answered <- b.post(t, body("T-g", "PAY_SUCCESS", "O-g", 1999)) }()
+	answered := b.postAsync(t, body("T-g", "PAY_SUCCESS", "O-g", 1999))
 	b.waitForLockWaiters(t, 1)
 	shut := make(chan error, 1)
 	go func() {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // Config is edged's configuration: flags, falling back to environment
@@ -156,7 +156,7 @@ func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
 	var out []ChannelConfig
 	for upper, list := range secrets {
 		name := strings.ToLower(upper)
-		if !edge.ValidChannelName(name) || strings.ToUpper(name) != upper {
+		if !channel.ValidChannelName(name) || strings.ToUpper(name) != upper {
 			return nil, fmt.Errorf("EDGE_SECRET_%s: channel names are [a-z0-9_]{1,32}", upper)
 		}
 		cc := ChannelConfig{Name: name, Kind: vars["EDGE_CHANNEL_"+upper+"_KIND"], Secrets: strings.Fields(list)}
@@ -182,14 +182,14 @@ func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
 }
 
 // newChannel builds the adapter of a configured channel.
-func newChannel(cc ChannelConfig) (edge.Channel, error) {
+func newChannel(cc ChannelConfig) (channel.Channel, error) {
 	env := func(k string) string { return "EDGE_CHANNEL_" + strings.ToUpper(cc.Name) + "_" + k }
 	switch cc.Kind {
 	case "generic":
 		if len(cc.Vars) > 0 {
 			return nil, fmt.Errorf("channel %s: a generic channel takes no EDGE_CHANNEL_%s_* variables", cc.Name, strings.ToUpper(cc.Name))
 		}
-		return edge.NewGeneric(edge.GenericConfig{Name: cc.Name, Secrets: cc.Secrets})
+		return channel.NewGeneric(channel.GenericConfig{Name: cc.Name, Secrets: cc.Secrets})
 	case "wechatpay":
 		if len(cc.Secrets) != 1 {
 			return nil, fmt.Errorf("channel %s: EDGE_SECRET_%s is the one APIv3 key", cc.Name, strings.ToUpper(cc.Name))
@@ -197,24 +197,24 @@ func newChannel(cc ChannelConfig) (edge.Channel, error) {
 		keys := map[string]*rsa.PublicKey{}
 		for _, entry := range strings.Fields(cc.Vars["PLATFORM_KEYS"]) {
 			serial, b64, ok := strings.Cut(entry, "=")
-			k, err := edge.ParseRSAPublicKey(b64)
+			k, err := channel.ParseRSAPublicKey(b64)
 			if !ok || err != nil {
 				return nil, fmt.Errorf("channel %s: %s: want SERIAL=<base64 DER public key> entries", cc.Name, env("PLATFORM_KEYS"))
 			}
 			keys[serial] = k
 		}
-		return edge.NewWeChatPay(edge.WeChatPayConfig{Name: cc.Name, APIv3Key: cc.Secrets[0], PlatformKeys: keys,
+		return channel.NewWeChatPay(channel.WeChatPayConfig{Name: cc.Name, APIv3Key: cc.Secrets[0], PlatformKeys: keys,
 			MchID: cc.Vars["MCHID"], AppID: cc.Vars["APPID"]})
 	case "alipay":
 		var keys []*rsa.PublicKey
 		for i, s := range cc.Secrets {
-			k, err := edge.ParseRSAPublicKey(s)
+			k, err := channel.ParseRSAPublicKey(s)
 			if err != nil {
 				return nil, fmt.Errorf("channel %s: Alipay public key %d in EDGE_SECRET_%s: %w", cc.Name, i+1, strings.ToUpper(cc.Name), err)
 			}
 			keys = append(keys, k)
 		}
-		return edge.NewAlipay(edge.AlipayConfig{Name: cc.Name, PublicKeys: keys, AppID: cc.Vars["APP_ID"], SellerID: cc.Vars["SELLER_ID"]})
+		return channel.NewAlipay(channel.AlipayConfig{Name: cc.Name, PublicKeys: keys, AppID: cc.Vars["APP_ID"], SellerID: cc.Vars["SELLER_ID"]})
 	}
 	return nil, fmt.Errorf("channel %s: unknown kind %q (%s): generic, wechatpay or alipay",
 		cc.Name, cc.Kind, env("KIND"))

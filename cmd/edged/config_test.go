@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,8 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -83,7 +85,7 @@ func TestSignVerifies(t *testing.T) {
 	if headers["webhook-id"] != "msg_fixed" || headers["webhook-timestamp"] == "" {
 		t.Fatalf("headers %v", headers)
 	}
-	want, _ := edge.SignWebhook(secret, "msg_fixed", mustInt(t, headers["webhook-timestamp"]), []byte(payload))
+	want, _ := channel.SignWebhook(secret, "msg_fixed", mustInt(t, headers["webhook-timestamp"]), []byte(payload))
 	if headers["webhook-signature"] != want {
 		t.Errorf("signature %s, want %s", headers["webhook-signature"], want)
 	}
@@ -108,11 +110,11 @@ func mustInt(t *testing.T, s string) int64 {
 
 // The real channels are configured from their variables.
 func TestRealChannelKinds(t *testing.T) {
-	wx, err := edge.NewWeChatPaySigner()
+	wx, err := channeltest.NewWeChatPaySigner()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ali, _ := edge.NewAlipaySigner()
+	ali, _ := channeltest.NewAlipaySigner()
 	c, err := ParseConfig(nil, []string{"DATABASE_URL=postgres://db/x",
 		"EDGE_SECRET_WX=" + wx.APIv3Key, "EDGE_CHANNEL_WX_KIND=wechatpay",
 		"EDGE_CHANNEL_WX_PLATFORM_KEYS=" + wx.Serial + "=" + wx.PublicKeyBase64(), "EDGE_CHANNEL_WX_MCHID=1900000109",
@@ -121,6 +123,7 @@ func TestRealChannelKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kinds := map[string]string{}
 	for _, cc := range c.Channels {
 		ch, err := newChannel(cc)
 		if err != nil {
@@ -129,6 +132,11 @@ func TestRealChannelKinds(t *testing.T) {
 		if ch.Name() != cc.Name {
 			t.Errorf("name %s", ch.Name())
 		}
+		kinds[ch.Name()] = fmt.Sprintf("%T", ch)
+	}
+	want := map[string]string{"wx": "*channel.WeChatPay", "ali": "*channel.Alipay"}
+	if !maps.Equal(kinds, want) {
+		t.Errorf("channels built: %v, want %v", kinds, want)
 	}
 	bad := ChannelConfig{Name: "wx", Kind: "wechatpay", Secrets: []string{wx.APIv3Key}, Vars: map[string]string{"PLATFORM_KEYS": "nokey"}}
 	if _, err := newChannel(bad); err == nil || !strings.Contains(err.Error(), "EDGE_CHANNEL_WX_PLATFORM_KEYS") {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/notifyedge/notifyedge/durable/durabletest"
-	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 const (
@@ -32,7 +32,7 @@ type devState struct {
 func (m *Main) startDev(ctx context.Context) error {
 	cfg := &m.Config
 	if cfg.DatabaseURL == "" {
-		c, err := durabletest.Start(ctx, durabletest.Options{})
+		c, err := pgtemp.Start(ctx, pgtemp.Options{})
 		if err != nil {
 			return fmt.Errorf("dev postgres: %w", err)
 		}
@@ -67,11 +67,11 @@ func (m *Main) seedDev(ctx context.Context) error {
 	if m.cluster == nil {
 		return nil // never seed a database the operator gave us
 	}
-	orders := make([]durabletest.Order, devOrders)
+	orders := make([]pgtemp.Order, devOrders)
 	for i := range orders {
-		orders[i] = durabletest.Order{No: devOrderNo(i + 1), Status: "PENDING_PAY", Amount: devAmount, Currency: devCurrency}
+		orders[i] = pgtemp.Order{No: devOrderNo(i + 1), Status: "PENDING_PAY", Amount: devAmount, Currency: devCurrency}
 	}
-	return durabletest.SeedOrders(ctx, m.Config.DatabaseURL, orders)
+	return pgtemp.SeedOrders(ctx, m.Config.DatabaseURL, orders)
 }
 
 func devOrderNo(i int) string { return fmt.Sprintf("DEMO-%04d", i) }
@@ -117,7 +117,7 @@ func dialAddr(addr string) string {
 // signedCurl returns a curl command that delivers body to url as message
 // id, signed at now.
 func signedCurl(secret, id, url string, body []byte, now time.Time) (string, error) {
-	sig, err := edge.SignWebhook(secret, id, now.Unix(), body)
+	sig, err := channel.SignWebhook(secret, id, now.Unix(), body)
 	if err != nil {
 		return "", err
 	}

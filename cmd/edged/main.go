@@ -25,9 +25,10 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 func main() {
@@ -70,7 +71,7 @@ type Main struct {
 	Stdout io.Writer
 	Logger *slog.Logger
 
-	cluster *durabletest.Cluster
+	cluster *pgtemp.Cluster
 	mini    *miniredis.Miniredis
 	redis   redis.UniversalClient
 	cache   *claimcache.Cache
@@ -132,7 +133,7 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	channels := make([]edge.Channel, 0, len(cfg.Channels))
+	channels := make([]channel.Channel, 0, len(cfg.Channels))
 	names := make([]string, 0, len(cfg.Channels))
 	for _, cc := range cfg.Channels {
 		ch, err := newChannel(cc)

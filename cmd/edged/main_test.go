@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,14 +42,7 @@ func TestDevModePrintedCurlWorks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	lines := readLines(stdout)
 	var dataDir, curl string
 	timeout := time.After(60 * time.Second)
 	for curl == "" {
@@ -93,8 +87,7 @@ func TestDevModePrintedCurlWorks(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done := waitAsync(cmd)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -134,4 +127,25 @@ func cleanEnv() []string {
 		}
 	}
 	return env
+}
+
+// readLines delivers r's lines on the returned channel, closed at EOF.
+func readLines(r io.Reader) <-chan string {
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return lines
+}
+
+// waitAsync waits for cmd on a goroutine of its own: the caller selects
+// on the result and a timeout.
+func waitAsync(cmd *exec.Cmd) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return done
 }

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 var errHelp = flag.ErrHelp
@@ -58,7 +58,7 @@ func runSign(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, cmd)
 		return 0
 	}
-	sig, err := edge.SignWebhook(*secret, *id, now.Unix(), b)
+	sig, err := channel.SignWebhook(*secret, *id, now.Unix(), b)
 	if err != nil {
 		fmt.Fprintln(stderr, "edged sign:", err)
 		return 2

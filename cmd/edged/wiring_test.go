@@ -16,7 +16,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
-	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -47,7 +47,7 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 	}
 	body := `{"channel_txn_id":"T-w","event_type":"PAY_SUCCESS","order_no":"O-w","amount":5,"currency":"CNY"}`
 	post := func(id string) *http.Response {
-		sig, _ := edge.SignWebhook(secret, id, time.Now().Unix(), []byte(body))
+		sig, _ := channel.SignWebhook(secret, id, time.Now().Unix(), []byte(body))
 		req, _ := http.NewRequest("POST", "http://"+m.Addr()+"/notify/acme", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("webhook-id", id)

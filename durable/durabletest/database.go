@@ -1,3 +1,8 @@
+// Package durabletest holds the test helpers over a throwaway PostgreSQL
+// cluster (durable/pgtemp): one shared cluster per test binary (Main,
+// Shared), and for each test a database of its own, cloned from a migrated
+// template, so tests that commit stay isolated at the cost of one CREATE
+// DATABASE. Invariants checks the money invariants by SQL.
 package durabletest
 
 import (
@@ -14,13 +19,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 )
 
 // shared is the one cluster of a test binary, started by the first test
 // that needs it and stopped by Main.
 var shared struct {
 	once     sync.Once
-	cluster  *Cluster
+	cluster  *pgtemp.Cluster
 	err      error
 	durable  bool
 	template sync.Once
@@ -56,12 +62,12 @@ func run(m *testing.M) int {
 }
 
 // Shared returns the test binary's cluster, starting it on first use.
-func Shared(t testing.TB) *Cluster {
+func Shared(t testing.TB) *pgtemp.Cluster {
 	t.Helper()
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		shared.cluster, shared.err = Start(ctx, Options{TCP: true, Durable: shared.durable})
+		shared.cluster, shared.err = pgtemp.Start(ctx, pgtemp.Options{TCP: true, Durable: shared.durable})
 	})
 	if shared.err != nil {
 		t.Fatalf("durabletest: %v", shared.err)
@@ -107,14 +113,14 @@ func CreateDatabase(t testing.TB, migrated bool) string {
 	return name
 }
 
-func makeTemplate(ctx context.Context, c *Cluster) error {
+func makeTemplate(ctx context.Context, c *pgtemp.Cluster) error {
 	if err := adminExec(ctx, c, "CREATE DATABASE "+templateDB); err != nil {
 		return err
 	}
 	return durable.Migrate(ctx, c.URL(templateDB))
 }
 
-func adminExec(ctx context.Context, c *Cluster, sql string) error {
+func adminExec(ctx context.Context, c *pgtemp.Cluster, sql string) error {
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -122,33 +128,6 @@ func adminExec(ctx context.Context, c *Cluster, sql string) error {
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("%s: %w", sql, err)
-	}
-	return nil
-}
-
-// Order is a biz_order row to seed.
-type Order struct {
-	No       string
-	Status   string
-	Amount   int64
-	Currency string
-}
-
-// SeedOrders inserts orders into the database at url with COPY (about 100k
-// rows in a third of a second): for tests, benches and `edged -dev`.
-func SeedOrders(ctx context.Context, url string, orders []Order) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return fmt.Errorf("seed orders: connect: %w", err)
-	}
-	defer conn.Close(ctx)
-	_, err = conn.CopyFrom(ctx, pgx.Identifier{"biz_order"}, []string{"order_no", "status", "amount", "currency"},
-		pgx.CopyFromSlice(len(orders), func(i int) ([]any, error) {
-			o := orders[i]
-			return []any{o.No, o.Status, o.Amount, o.Currency}, nil
-		}))
-	if err != nil {
-		return fmt.Errorf("seed orders: %w", err)
 	}
 	return nil
 }

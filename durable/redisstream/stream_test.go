@@ -219,9 +219,9 @@ func TestRelayCrashBetweenXAddAndMark(t *testing.T) {
 	}
 }
 
-// consume runs a shipper until want orders are SHIPPED (or 20 s pass).
-func (b *bundle) consume(t *testing.T, group, name string, claimIdle time.Duration, want int) {
-	t.Helper()
+// startConsumer runs a shipper on a goroutine of its own until the
+// returned stop is called.
+func (b *bundle) startConsumer(t *testing.T, group, name string, claimIdle time.Duration) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -230,7 +230,13 @@ func (b *bundle) consume(t *testing.T, group, name string, claimIdle time.Durati
 			Block: 100 * time.Millisecond, ClaimIdle: claimIdle, Handle: redisstream.ShipOnPaid(b.store, group, nil),
 			OnError: func(err error) { t.Logf("consumer: %v", err) }})
 	}()
-	defer func() { cancel(); <-done }()
+	return func() { cancel(); <-done }
+}
+
+// consume runs a shipper until want orders are SHIPPED (or 20 s pass).
+func (b *bundle) consume(t *testing.T, group, name string, claimIdle time.Duration, want int) {
+	t.Helper()
+	defer b.startConsumer(t, group, name, claimIdle)()
 	deadline := time.Now().Add(20 * time.Second)
 	for b.count(t, `SELECT count(*) FROM biz_order WHERE status = 'SHIPPED'`) < want {
 		if time.Now().After(deadline) {

@@ -1,4 +1,4 @@
-package edge
+package channel
 
 import (
 	"strings"
@@ -25,8 +25,8 @@ func TestParseGenericBody(t *testing.T) {
 			t.Errorf("%s: accepted", in)
 			return
 		}
-		if rej.Outcome != OutcomeBadRequest || !strings.HasPrefix(rej.Message, msgPrefix) {
-			t.Errorf("%s: %v %q, want bad_request %q...", in, rej.Outcome, rej.Message, msgPrefix)
+		if rej.Kind != BadRequest || !strings.HasPrefix(rej.Message, msgPrefix) {
+			t.Errorf("%s: %v %q, want bad_request %q...", in, rej.Kind, rej.Message, msgPrefix)
 		}
 	}
 	const base = `"channel_txn_id":"T1","event_type":"PAY_SUCCESS","order_no":"O1","currency":"CNY"`

@@ -1,10 +1,12 @@
-package edge
+package channel_test
 
 import (
 	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // headerMap is a HeaderReader for tests.
@@ -25,7 +27,7 @@ const fuzzSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // field rules and agree with encoding/json.
 func FuzzNotify(f *testing.F) {
 	now := time.Unix(1796200000, 0)
-	g, err := NewGeneric(GenericConfig{Name: "acme", Secrets: []string{fuzzSecret}, Now: func() time.Time { return now }})
+	g, err := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{fuzzSecret}, Now: func() time.Time { return now }})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -53,23 +55,22 @@ func FuzzNotify(f *testing.F) {
 				sec = now.Unix()
 				ts = strconv.FormatInt(sec, 10)
 			}
-			sig, _ = SignWebhook(fuzzSecret, id, sec, body)
+			sig, _ = channel.SignWebhook(fuzzSecret, id, sec, body)
 		}
-		req := Request{
+		req := channel.Request{
 			Channel:     []byte("acme"),
 			ContentType: []byte("application/json"),
 			Body:        body,
 			Header:      headerMap{"webhook-id": id, "webhook-timestamp": ts, "webhook-signature": sig},
 		}
-		var d Delivery
+		var d channel.Delivery
 		if rej := g.Parse(&req, &d); rej != nil {
-			if rej.Outcome != OutcomeBadSignature && rej.Outcome != OutcomeBadRequest {
-				t.Fatalf("rejection outcome %v", rej.Outcome)
+			if rej.Kind != channel.BadSignature && rej.Kind != channel.BadRequest {
+				t.Fatalf("rejection kind %v", rej.Kind)
 			}
 			return
 		}
-		if !printableASCII(d.TxnID, 64) || !printableASCII(d.OrderNo, 64) || !isCurrency(d.Currency) ||
-			d.Amount <= 0 || d.Amount > maxSafeInteger || !channelEvent(d.Event) || len(d.Key) > 160 {
+		if !channel.FieldRulesHold(&d) {
 			t.Fatalf("accepted a delivery that breaks the field rules: %+v", d)
 		}
 		var std struct {

@@ -1,4 +1,4 @@
-package edge
+package channel
 
 import (
 	"bytes"
@@ -21,9 +21,6 @@ import (
 //	webhook-signature: space-separated "v1,<base64 HMAC-SHA256>" entries over
 //	                   "{id}.{timestamp}.{raw body}"; any one entry may match
 //	                   any one of the channel's secrets (rotation)
-
-// WebhookTolerance is how far webhook-timestamp may be from now.
-const WebhookTolerance = 5 * time.Minute
 
 var (
 	headerWebhookID        = "webhook-id"
@@ -166,7 +163,7 @@ var (
 // Render renders the generic answer: Content-Type application/json, body
 // {"code":..,"outcome":..,"status":..,"message":..}.
 func (g *Generic) Render(dst []byte, v *Verdict) ([]byte, string) {
-	return appendVerdictJSON(dst, v), "application/json"
+	return AppendVerdictJSON(dst, v), "application/json"
 }
 
 // SignWebhook returns the webhook-signature value "v1,<base64>" of body
@@ -180,43 +177,4 @@ func SignWebhook(secret, id string, ts int64, body []byte) (string, error) {
 	fmt.Fprintf(mac, "%s.%d.", id, ts)
 	mac.Write(body)
 	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)), nil
-}
-
-// parseUnixSeconds parses 1 to 12 decimal digits (no allocation, unlike
-// strconv on a converted string).
-func parseUnixSeconds(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 12 {
-		return 0, false
-	}
-	var n int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
-// ValidChannelName reports whether s is [a-z0-9_]{1,32}.
-func ValidChannelName[T ~string | ~[]byte](s T) bool {
-	if len(s) == 0 || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-// isMedia reports whether the Content-Type value ct names media type want
-// (case-insensitive, parameters such as charset allowed).
-func isMedia(ct, want []byte) bool {
-	if i := bytes.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	return bytes.EqualFold(bytes.TrimSpace(ct), want)
 }

@@ -1,4 +1,4 @@
-package edge
+package channel
 
 import (
 	"bytes"
@@ -6,16 +6,11 @@ import (
 	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -190,17 +185,10 @@ func (w *WeChatPay) Parse(req *Request, d *Delivery) *Reject {
 	d.Amount = *amount
 	d.Finish(w.cfg.Name)
 	if (w.cfg.MchID != "" && r.MchID != w.cfg.MchID) || (w.cfg.AppID != "" && r.AppID != "" && r.AppID != w.cfg.AppID) {
-		return &Reject{Outcome: OutcomeMerchantMismatch, Message: "mchid or appid is not this channel's: held for review"}
+		return &Reject{Kind: MerchantMismatch, Message: "mchid or appid is not this channel's: held for review"}
 	}
 	return nil
 }
-
-var (
-	newline            = []byte("\n")
-	eventPaySuccess    = []byte("PAY_SUCCESS")
-	eventRefundSuccess = []byte("REFUND_SUCCESS")
-	eventTradeClosed   = []byte("TRADE_CLOSED")
-)
 
 // Render: success is 200 with an empty body; failure
 // {"code":"FAIL","message":...}.
@@ -215,107 +203,4 @@ func (w *WeChatPay) Render(dst []byte, v *Verdict) ([]byte, string) {
 	dst = append(dst, `{"code":"FAIL","message":`...)
 	dst = appendJSONString(dst, msg)
 	return append(dst, '}'), "application/json"
-}
-
-// WeChatPaySigner produces callbacks exactly as WeChat Pay does, with keys
-// of its own: for tests, benches and local trials.
-type WeChatPaySigner struct {
-	PlatformKey *rsa.PrivateKey
-	Serial      string
-	APIv3Key    string
-}
-
-// NewWeChatPaySigner generates a platform key pair and an APIv3 key.
-func NewWeChatPaySigner() (*WeChatPaySigner, error) {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	key := make([]byte, 16)
-	rand.Read(key)
-	return &WeChatPaySigner{PlatformKey: k, Serial: fmt.Sprintf("%X", key[:8]), APIv3Key: fmt.Sprintf("%x", key)}, nil
-}
-
-// PublicKeyBase64 is the platform public key as base64 DER (PKIX), the form
-// EDGE_CHANNEL_<CHANNEL>_PLATFORM_KEYS takes.
-func (s *WeChatPaySigner) PublicKeyBase64() string {
-	der, _ := x509.MarshalPKIXPublicKey(&s.PlatformKey.PublicKey)
-	return base64.StdEncoding.EncodeToString(der)
-}
-
-// Notify returns the headers and body of a notification of eventType whose
-// resource is the JSON of resource, encrypted with a fresh nonce and signed
-// at now.
-func (s *WeChatPaySigner) Notify(eventType string, resource any, now time.Time) (map[string]string, []byte, error) {
-	plain, err := json.Marshal(resource)
-	if err != nil {
-		return nil, nil, err
-	}
-	block, _ := aes.NewCipher([]byte(s.APIv3Key))
-	aead, _ := cipher.NewGCM(block)
-	nonce := randomAlnum(12)
-	ad := "transaction"
-	if eventType == "REFUND.SUCCESS" {
-		ad = "refund"
-	}
-	env := map[string]any{
-		"id": "EV-" + randomAlnum(16), "create_time": now.Format(time.RFC3339), "resource_type": "encrypt-resource",
-		"event_type": eventType, "summary": "notification",
-		"resource": map[string]string{
-			"original_type": ad, "algorithm": "AEAD_AES_256_GCM", "associated_data": ad, "nonce": nonce,
-			"ciphertext": base64.StdEncoding.EncodeToString(aead.Seal(nil, []byte(nonce), plain, []byte(ad))),
-		},
-	}
-	body, err := json.Marshal(env)
-	if err != nil {
-		return nil, nil, err
-	}
-	headers, err := s.Sign(body, now)
-	return headers, body, err
-}
-
-// Sign returns the Wechatpay-* headers for body at now.
-func (s *WeChatPaySigner) Sign(body []byte, now time.Time) (map[string]string, error) {
-	ts, nonce := strconv.FormatInt(now.Unix(), 10), randomAlnum(32)
-	sum := sha256.Sum256([]byte(ts + "\n" + nonce + "\n" + string(body) + "\n"))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, s.PlatformKey, crypto.SHA256, sum[:])
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{
-		"Content-Type": "application/json", "Wechatpay-Timestamp": ts, "Wechatpay-Nonce": nonce,
-		"Wechatpay-Signature": base64.StdEncoding.EncodeToString(sig), "Wechatpay-Serial": s.Serial,
-	}, nil
-}
-
-func randomAlnum(n int) string {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, n)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
-}
-
-// ParseRSAPublicKey reads a public key given as base64 DER (PKIX or PKCS#1)
-// or PEM: the forms WeChat's and Alipay's consoles hand out.
-func ParseRSAPublicKey(s string) (*rsa.PublicKey, error) {
-	if block, _ := pem.Decode([]byte(s)); block != nil {
-		s = base64.StdEncoding.EncodeToString(block.Bytes)
-	}
-	der, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return nil, errors.New("public key: not base64 DER")
-	}
-	if k, err := x509.ParsePKIXPublicKey(der); err == nil {
-		if rk, ok := k.(*rsa.PublicKey); ok {
-			return rk, nil
-		}
-		return nil, errors.New("public key: not RSA")
-	}
-	if k, err := x509.ParsePKCS1PublicKey(der); err == nil {
-		return k, nil
-	}
-	return nil, errors.New("public key: neither PKIX nor PKCS#1")
 }

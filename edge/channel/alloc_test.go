@@ -1,26 +1,28 @@
 //go:build !race
 
-package edge
+package channel_test
 
 import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // The adapter's verify+parse+key+digest must not allocate: it runs for
 // every request, duplicates included.
 func TestGenericParseDoesNotAllocate(t *testing.T) {
 	now := time.Now()
-	g, err := NewGeneric(GenericConfig{Name: "acme", Secrets: []string{fuzzSecret}, Now: func() time.Time { return now }})
+	g, err := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{fuzzSecret}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := []byte(`{"channel_txn_id":"4200001234202612020000001","event_type":"PAY_SUCCESS","order_no":"O202612020001","amount":1999,"currency":"CNY","extra":{"k":[1,"two"]}}`)
-	sig, _ := SignWebhook(fuzzSecret, "msg_1", now.Unix(), body)
-	req := Request{Channel: []byte("acme"), ContentType: []byte("application/json; charset=utf-8"), Body: body,
+	sig, _ := channel.SignWebhook(fuzzSecret, "msg_1", now.Unix(), body)
+	req := channel.Request{Channel: []byte("acme"), ContentType: []byte("application/json; charset=utf-8"), Body: body,
 		Header: headerBytes{"webhook-id": []byte("msg_1"), "webhook-timestamp": []byte(strconv.FormatInt(now.Unix(), 10)), "webhook-signature": []byte("v1,AAAA " + sig)}}
-	var d Delivery
+	var d channel.Delivery
 	if rej := g.Parse(&req, &d); rej != nil {
 		t.Fatal(rej)
 	}

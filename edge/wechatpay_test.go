@@ -9,26 +9,27 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 )
 
 var wechatSigners struct {
 	once       sync.Once
-	ok, stolen *edge.WeChatPaySigner
+	ok, stolen *channeltest.WeChatPaySigner
 }
 
 // signers are generated once per binary: RSA-2048 key generation is slow.
-func wechatSigner(t testing.TB) (*edge.WeChatPaySigner, *edge.WeChatPaySigner) {
+func wechatSigner(t testing.TB) (*channeltest.WeChatPaySigner, *channeltest.WeChatPaySigner) {
 	wechatSigners.once.Do(func() {
-		wechatSigners.ok, _ = edge.NewWeChatPaySigner()
-		wechatSigners.stolen, _ = edge.NewWeChatPaySigner()
+		wechatSigners.ok, _ = channeltest.NewWeChatPaySigner()
+		wechatSigners.stolen, _ = channeltest.NewWeChatPaySigner()
 	})
 	return wechatSigners.ok, wechatSigners.stolen
 }
 
-func wechatChannel(t testing.TB, s *edge.WeChatPaySigner) edge.Channel {
+func wechatChannel(t testing.TB, s *channeltest.WeChatPaySigner) channel.Channel {
 	t.Helper()
-	ch, err := edge.NewWeChatPay(edge.WeChatPayConfig{Name: "wx", APIv3Key: s.APIv3Key,
+	ch, err := channel.NewWeChatPay(channel.WeChatPayConfig{Name: "wx", APIv3Key: s.APIv3Key,
 		PlatformKeys: map[string]*rsa.PublicKey{s.Serial: &s.PlatformKey.PublicKey}, MchID: "1900000109", AppID: "wxd678efh567hg6787"})
 	if err != nil {
 		t.Fatal(err)
@@ -56,10 +57,10 @@ func (b *bundle) sendWx(t *testing.T, headers map[string]string, body []byte) re
 
 func TestWeChatPay(t *testing.T) {
 	signer, stolen := wechatSigner(t)
-	b := setup(t, options{channels: []edge.Channel{wechatChannel(t, signer)}})
+	b := setup(t, options{channels: []channel.Channel{wechatChannel(t, signer)}})
 	b.order(t, "WX-1", durable.PendingPay, 100)
 	now := time.Now()
-	notify := func(s *edge.WeChatPaySigner, event string, res wxTxn, at time.Time) (map[string]string, []byte) {
+	notify := func(s *channeltest.WeChatPaySigner, event string, res wxTxn, at time.Time) (map[string]string, []byte) {
 		t.Helper()
 		h, body, err := s.Notify(event, res, at)
 		if err != nil {

@@ -1,12 +1,13 @@
-// Package durabletest runs throwaway PostgreSQL clusters for tests, benches
+// Package pgtemp runs throwaway PostgreSQL clusters for tests, benches
 // and `edged -dev`: initdb into a temporary directory, postgres as a direct
 // child of this process (killed with it), a short unix-socket path, and
-// every file removed on Stop.
+// every file removed on Stop. It also seeds orders into a migrated
+// database (SeedOrders).
 //
-// It also hands each test a database of its own, cloned from a migrated
-// template, so tests that commit stay isolated at the cost of one CREATE
-// DATABASE.
-package durabletest
+// It must not import package testing: bin/edged links it for -dev, and a
+// production binary carries no test code (make lint checks). The helpers
+// that take a *testing.T live in durable/durabletest, on top of this.
+package pgtemp
 
 import (
 	"bytes"

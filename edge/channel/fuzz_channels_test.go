@@ -1,4 +1,4 @@
-package edge
+package channel_test
 
 import (
 	"crypto/aes"
@@ -10,26 +10,29 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 )
 
 var testKeys struct {
 	once   sync.Once
-	wx     *WeChatPaySigner
-	ali    *AlipaySigner
-	wxChan *WeChatPay
-	aliCh  *Alipay
+	wx     *channeltest.WeChatPaySigner
+	ali    *channeltest.AlipaySigner
+	wxChan *channel.WeChatPay
+	aliCh  *channel.Alipay
 	now    time.Time
 }
 
-func channels(tb testing.TB) (*WeChatPaySigner, *WeChatPay, *AlipaySigner, *Alipay, time.Time) {
+func channels(tb testing.TB) (*channeltest.WeChatPaySigner, *channel.WeChatPay, *channeltest.AlipaySigner, *channel.Alipay, time.Time) {
 	testKeys.once.Do(func() {
 		testKeys.now = time.Unix(1796200000, 0)
-		testKeys.wx, _ = NewWeChatPaySigner()
-		testKeys.ali, _ = NewAlipaySigner()
-		testKeys.wxChan, _ = NewWeChatPay(WeChatPayConfig{Name: "wx", APIv3Key: testKeys.wx.APIv3Key,
+		testKeys.wx, _ = channeltest.NewWeChatPaySigner()
+		testKeys.ali, _ = channeltest.NewAlipaySigner()
+		testKeys.wxChan, _ = channel.NewWeChatPay(channel.WeChatPayConfig{Name: "wx", APIv3Key: testKeys.wx.APIv3Key,
 			PlatformKeys: map[string]*rsa.PublicKey{testKeys.wx.Serial: &testKeys.wx.PlatformKey.PublicKey},
 			MchID:        "1900000109", Now: func() time.Time { return testKeys.now }})
-		testKeys.aliCh, _ = NewAlipay(AlipayConfig{Name: "ali", PublicKeys: []*rsa.PublicKey{&testKeys.ali.Key.PublicKey}, AppID: "2021"})
+		testKeys.aliCh, _ = channel.NewAlipay(channel.AlipayConfig{Name: "ali", PublicKeys: []*rsa.PublicKey{&testKeys.ali.Key.PublicKey}, AppID: "2021"})
 	})
 	return testKeys.wx, testKeys.wxChan, testKeys.ali, testKeys.aliCh, testKeys.now
 }
@@ -37,17 +40,16 @@ func channels(tb testing.TB) (*WeChatPaySigner, *WeChatPay, *AlipaySigner, *Alip
 // checkParsed asserts what every adapter guarantees of a Parse: a refusal
 // is an authentication, body or merchant failure, and an accepted delivery
 // satisfies the field rules.
-func checkParsed(t *testing.T, rej *Reject, d *Delivery) {
+func checkParsed(t *testing.T, rej *channel.Reject, d *channel.Delivery) {
 	if rej != nil {
-		switch rej.Outcome {
-		case OutcomeBadSignature, OutcomeBadRequest, OutcomeMerchantMismatch:
+		switch rej.Kind {
+		case channel.BadSignature, channel.BadRequest, channel.MerchantMismatch:
 		default:
-			t.Fatalf("rejection outcome %v", rej.Outcome)
+			t.Fatalf("rejection kind %v", rej.Kind)
 		}
 		return
 	}
-	if !printableASCII(d.TxnID, 64) || !printableASCII(d.OrderNo, 64) || !isCurrency(d.Currency) ||
-		d.Amount <= 0 || d.Amount > maxSafeInteger || !channelEvent(d.Event) || len(d.Key) > 160 {
+	if !channel.FieldRulesHold(d) {
 		t.Fatalf("accepted a delivery that breaks the field rules: %q %q %q %d %q", d.TxnID, d.OrderNo, d.Currency, d.Amount, d.Event)
 	}
 }
@@ -80,13 +82,13 @@ func FuzzWeChat(f *testing.F) {
 			sh, _ := signer.Sign(body, now)
 			h = headerMap(sh)
 		}
-		req := Request{Channel: []byte("wx"), ContentType: []byte("application/json"), Body: body, Header: h}
-		var d Delivery
+		req := channel.Request{Channel: []byte("wx"), ContentType: []byte("application/json"), Body: body, Header: h}
+		var d channel.Delivery
 		checkParsed(t, ch.Parse(&req, &d), &d)
 	})
 }
 
-// FuzzAlipay: with sign set, the input's parameters are signed as Alipay
+// FuzzAlipay: with sign set, the input's parameters are signed as channel.Alipay
 // would, so the fuzzer reaches the mapping.
 func FuzzAlipay(f *testing.F) {
 	_, _, signer, ch, _ := channels(f)
@@ -108,8 +110,8 @@ func FuzzAlipay(f *testing.F) {
 			}
 			body, _ = signer.Notify(params)
 		}
-		req := Request{Channel: []byte("ali"), ContentType: []byte("application/x-www-form-urlencoded"), Body: body, Header: headerMap{}}
-		var d Delivery
+		req := channel.Request{Channel: []byte("ali"), ContentType: []byte("application/x-www-form-urlencoded"), Body: body, Header: headerMap{}}
+		var d channel.Delivery
 		checkParsed(t, ch.Parse(&req, &d), &d)
 	})
 }
@@ -117,27 +119,27 @@ func FuzzAlipay(f *testing.F) {
 // Parse+verify per adapter, and the RSA verification alone: it dominates.
 func BenchmarkChannelParse(b *testing.B) {
 	wx, wxCh, ali, aliCh, now := channels(b)
-	gen, _ := NewGeneric(GenericConfig{Name: "acme", Secrets: []string{fuzzSecret}, Now: func() time.Time { return now }})
+	gen, _ := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{fuzzSecret}, Now: func() time.Time { return now }})
 	txn := map[string]any{"mchid": "1900000109", "appid": "wx1", "out_trade_no": "O202612020001", "transaction_id": "4200001234202612020000001",
 		"trade_state": "SUCCESS", "amount": map[string]any{"total": 1999, "currency": "CNY"}}
 	wh, wbody, _ := wx.Notify("TRANSACTION.SUCCESS", txn, now)
 	abody, _ := ali.Notify(map[string]string{"trade_no": "2026120222001", "out_trade_no": "O202612020001", "total_amount": "19.99",
 		"trade_status": "TRADE_SUCCESS", "app_id": "2021", "notify_id": "ac05099524730693a8b330c5ecf72da9786", "charset": "utf-8"})
 	gbody := []byte(`{"channel_txn_id":"4200001234202612020000001","event_type":"PAY_SUCCESS","order_no":"O202612020001","amount":1999,"currency":"CNY"}`)
-	gsig, _ := SignWebhook(fuzzSecret, "msg_1", now.Unix(), gbody)
+	gsig, _ := channel.SignWebhook(fuzzSecret, "msg_1", now.Unix(), gbody)
 	cases := []struct {
 		name string
-		ch   Channel
-		req  Request
+		ch   channel.Channel
+		req  channel.Request
 	}{
-		{"generic", gen, Request{ContentType: []byte("application/json"), Body: gbody,
+		{"generic", gen, channel.Request{ContentType: []byte("application/json"), Body: gbody,
 			Header: headerBytes{"webhook-id": []byte("msg_1"), "webhook-timestamp": []byte("1796200000"), "webhook-signature": []byte(gsig)}}},
-		{"wechatpay", wxCh, Request{ContentType: []byte("application/json"), Body: wbody, Header: headerMap(wh)}},
-		{"alipay", aliCh, Request{ContentType: []byte("application/x-www-form-urlencoded"), Body: abody, Header: headerMap{}}},
+		{"wechatpay", wxCh, channel.Request{ContentType: []byte("application/json"), Body: wbody, Header: headerMap(wh)}},
+		{"alipay", aliCh, channel.Request{ContentType: []byte("application/x-www-form-urlencoded"), Body: abody, Header: headerMap{}}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			var d Delivery
+			var d channel.Delivery
 			b.ReportAllocs()
 			for range b.N {
 				d.Reset()

@@ -1,8 +1,10 @@
-package edge
+package channel
 
 import (
 	"bytes"
 	"unicode/utf8"
+
+	"github.com/notifyedge/notifyedge/durable"
 )
 
 // The generic channel's body, parsed strictly and without reflection:
@@ -134,33 +136,6 @@ func parseGenericBody(body []byte, d *Delivery) *Reject {
 	d.Event = event
 	return nil
 }
-
-// printable renders a field name for a message (field names are the
-// sender's bytes: keep them short and harmless).
-func printable(b []byte) string {
-	if len(b) > 40 || !printableASCII(b, 40) {
-		return "a field"
-	}
-	return string(b)
-}
-
-func printableASCII(b []byte, maxLen int) bool {
-	if len(b) == 0 || len(b) > maxLen {
-		return false
-	}
-	for _, c := range b {
-		if c < 0x21 || c > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-func isCurrency(b []byte) bool {
-	return len(b) == 3 && isUpper(b[0]) && isUpper(b[1]) && isUpper(b[2])
-}
-
-func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
 
 // scanner walks a JSON document.
 type scanner struct {
@@ -421,4 +396,10 @@ func (s *scanner) number() bool {
 		}
 	}
 	return true
+}
+
+// channelEvent reports whether b names an event a channel may send.
+func channelEvent(b []byte) bool {
+	_, ok := durable.ParseChannelEvent(b)
+	return ok
 }

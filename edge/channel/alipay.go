@@ -1,11 +1,9 @@
-package edge
+package channel
 
 import (
 	"crypto"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"net/url"
@@ -70,7 +68,7 @@ func (a *Alipay) Parse(req *Request, d *Delivery) *Reject {
 	if err != nil || len(sig) == 0 || get("sign_type") != "RSA2" {
 		return unauthorized("missing sign, or sign_type is not RSA2")
 	}
-	sum := sha256.Sum256([]byte(alipaySignContent(form)))
+	sum := sha256.Sum256([]byte(AlipaySignedContent(form)))
 	verified := false
 	for _, k := range a.cfg.PublicKeys {
 		if rsa.VerifyPKCS1v15(k, crypto.SHA256, sum[:], sig) == nil {
@@ -103,14 +101,14 @@ func (a *Alipay) Parse(req *Request, d *Delivery) *Reject {
 	d.Amount = amount
 	d.Finish(a.cfg.Name)
 	if (a.cfg.AppID != "" && get("app_id") != a.cfg.AppID) || (a.cfg.SellerID != "" && get("seller_id") != a.cfg.SellerID) {
-		return &Reject{Outcome: OutcomeMerchantMismatch, Message: "app_id or seller_id is not this channel's: held for review"}
+		return &Reject{Kind: MerchantMismatch, Message: "app_id or seller_id is not this channel's: held for review"}
 	}
 	return nil
 }
 
-// alipaySignContent is what Alipay signs: every parameter but sign and
+// AlipaySignedContent is what Alipay signs: every parameter but sign and
 // sign_type, empty ones left out, sorted, "k=v" joined by "&".
-func alipaySignContent(form url.Values) string {
+func AlipaySignedContent(form url.Values) string {
 	keys := make([]string, 0, len(form))
 	for k, vs := range form {
 		if k != "sign" && k != "sign_type" && len(vs) > 0 && vs[0] != "" {
@@ -169,41 +167,4 @@ func (a *Alipay) Render(dst []byte, v *Verdict) ([]byte, string) {
 		return append(dst, alipaySuccess...), "text/plain; charset=utf-8"
 	}
 	return append(dst, alipayFailure...), "text/plain; charset=utf-8"
-}
-
-// AlipaySigner produces notifications exactly as Alipay does, with a key of
-// its own: for tests, benches and local trials.
-type AlipaySigner struct{ Key *rsa.PrivateKey }
-
-// NewAlipaySigner generates a key pair.
-func NewAlipaySigner() (*AlipaySigner, error) {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	return &AlipaySigner{Key: k}, nil
-}
-
-// PublicKeyBase64 is the public key as base64 DER, the form Alipay's
-// console shows and EDGE_SECRET_<CHANNEL> takes.
-func (s *AlipaySigner) PublicKeyBase64() string {
-	der, _ := x509.MarshalPKIXPublicKey(&s.Key.PublicKey)
-	return base64.StdEncoding.EncodeToString(der)
-}
-
-// Notify returns the signed form body for params (sign and sign_type are
-// added).
-func (s *AlipaySigner) Notify(params map[string]string) ([]byte, error) {
-	form := url.Values{}
-	for k, v := range params {
-		form.Set(k, v)
-	}
-	sum := sha256.Sum256([]byte(alipaySignContent(form)))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, s.Key, crypto.SHA256, sum[:])
-	if err != nil {
-		return nil, err
-	}
-	form.Set("sign_type", "RSA2")
-	form.Set("sign", base64.StdEncoding.EncodeToString(sig))
-	return []byte(form.Encode()), nil
 }

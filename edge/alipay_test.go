@@ -8,25 +8,26 @@ import (
 	"testing"
 
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 )
 
 var alipaySigners struct {
 	once       sync.Once
-	ok, stolen *edge.AlipaySigner
+	ok, stolen *channeltest.AlipaySigner
 }
 
-func alipaySigner() (*edge.AlipaySigner, *edge.AlipaySigner) {
+func alipaySigner() (*channeltest.AlipaySigner, *channeltest.AlipaySigner) {
 	alipaySigners.once.Do(func() {
-		alipaySigners.ok, _ = edge.NewAlipaySigner()
-		alipaySigners.stolen, _ = edge.NewAlipaySigner()
+		alipaySigners.ok, _ = channeltest.NewAlipaySigner()
+		alipaySigners.stolen, _ = channeltest.NewAlipaySigner()
 	})
 	return alipaySigners.ok, alipaySigners.stolen
 }
 
-func alipayChannel(t testing.TB, s *edge.AlipaySigner) edge.Channel {
+func alipayChannel(t testing.TB, s *channeltest.AlipaySigner) channel.Channel {
 	t.Helper()
-	ch, err := edge.NewAlipay(edge.AlipayConfig{Name: "ali", PublicKeys: []*rsa.PublicKey{&s.Key.PublicKey},
+	ch, err := channel.NewAlipay(channel.AlipayConfig{Name: "ali", PublicKeys: []*rsa.PublicKey{&s.Key.PublicKey},
 		AppID: "2021000000000001", SellerID: "2088000000000001"})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func aliParams(tradeNo, orderNo, amount, status string) map[string]string {
 	}
 }
 
-func (b *bundle) sendAli(t *testing.T, s *edge.AlipaySigner, params map[string]string) reply {
+func (b *bundle) sendAli(t *testing.T, s *channeltest.AlipaySigner, params map[string]string) reply {
 	t.Helper()
 	body, err := s.Notify(params)
 	if err != nil {
@@ -61,7 +62,7 @@ func (b *bundle) sendAliBody(t *testing.T, body []byte) reply {
 
 func TestAlipay(t *testing.T) {
 	signer, stolen := alipaySigner()
-	b := setup(t, options{channels: []edge.Channel{alipayChannel(t, signer)}})
+	b := setup(t, options{channels: []channel.Channel{alipayChannel(t, signer)}})
 	b.order(t, "AL-1", durable.PendingPay, 1999)
 
 	// Points 1 and 4: applied with "success"; re-sent with a new notify_id
@@ -142,7 +143,7 @@ func TestAlipay(t *testing.T) {
 func TestParseYuan(t *testing.T) {
 	f := func(in string, want int64, ok bool) {
 		t.Helper()
-		got, gotOK := edge.ParseYuan(in)
+		got, gotOK := channel.ParseYuan(in)
 		if got != want || gotOK != ok {
 			t.Errorf("ParseYuan(%q) = %d, %v; want %d, %v", in, got, gotOK, want, ok)
 		}

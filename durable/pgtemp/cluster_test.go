@@ -1,4 +1,4 @@
-package durabletest
+package pgtemp
 
 import (
 	"bufio"
@@ -59,7 +59,7 @@ func TestNoBinariesSaysWhatToInstall(t *testing.T) {
 // A test binary killed by -timeout or SIGKILL cannot run Stop: its server
 // must die with it, and the next Start must remove what it left.
 func TestKilledOwnerLeavesNoServer(t *testing.T) {
-	if os.Getenv("DURABLETEST_CHILD") == "1" {
+	if os.Getenv("PGTEMP_CHILD") == "1" {
 		c, err := Start(context.Background(), Options{})
 		if err != nil {
 			os.Exit(3)
@@ -69,7 +69,7 @@ func TestKilledOwnerLeavesNoServer(t *testing.T) {
 		os.Exit(0)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledOwnerLeavesNoServer$")
-	cmd.Env = append(os.Environ(), "DURABLETEST_CHILD=1")
+	cmd.Env = append(os.Environ(), "PGTEMP_CHILD=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,338 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The bench measures cost as well as speed: the CPU time each part used
+// during an attack, divided by the requests answered in it. Every figure is
+// a difference of two /proc readings taken just before and just after the
+// attack, so set-up, scrapes and invariant checks fall outside it.
+
+// CPUCost is the CPU time, in microseconds per answered request, that each
+// part used during one attack. A nil field could not be read: a part this
+// run does not own (against an existing deployment only the machine, the
+// driver and, if its data directory is on this machine, Postgres are
+// readable), or one that restarted during the attack.
+type CPUCost struct {
+	// Machine is all CPUs' busy time (/proc/stat), whatever ran on them:
+	// the machine the bench runs on, which is the deployment's only when
+	// the target runs here.
+	Machine *float64 `json:"machine"`
+	// Edge is the edge process (all three edge servers; one is attacked).
+	Edge *float64 `json:"edge"`
+	// Postgres is the postmaster and all its backends (see treeTicks).
+	Postgres *float64 `json:"postgres"`
+	// Redis is the redis-server process (cache and stream).
+	Redis *float64 `json:"redis"`
+	// Relay is the process running the outbox relay and the reference
+	// shipper, which work off the first deliveries in the background.
+	Relay *float64 `json:"relay_shipper"`
+	// Driver is the bench process itself: the load generator, plus, for
+	// the ceilings, the servers they run in it.
+	Driver *float64 `json:"driver"`
+}
+
+// The columns of a CPU sample, in CPUCost's order.
+const (
+	colMachine = iota
+	colEdge
+	colPostgres
+	colRedis
+	colRelay
+	colDriver
+	nCols
+)
+
+// cpuSample is one reading of every column, in clock ticks.
+type cpuSample struct {
+	ticks [nCols]uint64
+	ok    [nCols]bool
+	// pids read, to tell a restarted process (its ticks start again from
+	// zero, and the old one's are lost) from the same one.
+	pids [nCols]int
+}
+
+// cpuProbe knows where each part runs. A zero pid is a part not read.
+type cpuProbe struct {
+	edge, relay, postgres int
+	// redis is the address of our own stack's redis-server ("": not
+	// ours); its pid is asked at every sample, because the redis-down
+	// scenario restarts it.
+	redis string
+}
+
+// sample reads every column the probe knows of.
+func (p *cpuProbe) sample() cpuSample {
+	var s cpuSample
+	redisPID := 0
+	if p.redis != "" {
+		// Asked before any tick is read, so that this INFO's own cost falls
+		// outside the "before" reading (it is inside the "after" one: a few
+		// microseconds over a whole attack).
+		redisPID = redisServerPID(p.redis)
+	}
+	procs, err := readAllProcStats()
+	if err != nil {
+		return s
+	}
+	if t, err := machineBusyTicks(); err == nil {
+		s.ticks[colMachine], s.ok[colMachine] = t, true
+	}
+	for col, pid := range map[int]int{colEdge: p.edge, colPostgres: p.postgres, colRedis: redisPID, colRelay: p.relay} {
+		if pid == 0 {
+			continue
+		}
+		if t, ok := treeTicks(procs, pid); ok {
+			s.ticks[col], s.ok[col], s.pids[col] = t, true, pid
+		}
+	}
+	// The driver is this process's own time only: its cutime and cstime
+	// collect the children it reaps (Postgres, redis-server, the parts),
+	// which are other columns.
+	if self, ok := procs[os.Getpid()]; ok {
+		s.ticks[colDriver], s.ok[colDriver] = self.utime+self.stime, true
+	}
+	return s
+}
+
+// cost turns two samples around an attack of n answered requests into
+// microseconds per request.
+func cost(before, after cpuSample, n int) CPUCost {
+	var out [nCols]*float64
+	if n > 0 {
+		us := 1e6 / float64(clockTicks())
+		for col := range nCols {
+			if !before.ok[col] || !after.ok[col] || before.pids[col] != after.pids[col] || after.ticks[col] < before.ticks[col] {
+				continue
+			}
+			v := float64(after.ticks[col]-before.ticks[col]) * us / float64(n)
+			out[col] = &v
+		}
+	}
+	return CPUCost{Machine: out[colMachine], Edge: out[colEdge], Postgres: out[colPostgres],
+		Redis: out[colRedis], Relay: out[colRelay], Driver: out[colDriver]}
+}
+
+// procStat is what the bench reads of one /proc/<pid>/stat, in clock ticks.
+type procStat struct {
+	ppid                         int
+	utime, stime, cutime, cstime uint64
+}
+
+// readProcStat parses /proc/<pid>/stat.
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseProcStat(b)
+}
+
+// parseProcStat reads fields 4 (ppid) and 14-17 (utime, stime, cutime,
+// cstime) of proc(5)'s stat line. The command name (field 2) may hold
+// spaces and parentheses: the fields are counted from its last ')'.
+func parseProcStat(b []byte) (procStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, errors.New("bench: /proc stat: no command name")
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3, the state
+	if len(f) < 15 {
+		return procStat{}, fmt.Errorf("bench: /proc stat: %d fields after the name", len(f))
+	}
+	var st procStat
+	var err error
+	if st.ppid, err = strconv.Atoi(f[1]); err != nil {
+		return procStat{}, fmt.Errorf("bench: /proc stat ppid: %w", err)
+	}
+	for j, dst := range []*uint64{&st.utime, &st.stime, &st.cutime, &st.cstime} {
+		if *dst, err = strconv.ParseUint(f[11+j], 10, 64); err != nil {
+			return procStat{}, fmt.Errorf("bench: /proc stat field %d: %w", 14+j, err)
+		}
+	}
+	return st, nil
+}
+
+// readAllProcStats reads every process's stat at once: one scan of /proc
+// serves all columns of a sample.
+func readAllProcStats() (map[int]procStat, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("bench: read /proc: %w", err)
+	}
+	out := make(map[int]procStat, len(entries))
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := readProcStat(pid); err == nil { // gone meanwhile: skip it
+			out[pid] = st
+		}
+	}
+	return out, nil
+}
+
+// treeTicks is the CPU a server process has used, with its children: its
+// own utime+stime, plus cutime+cstime (the children it has waited for),
+// plus the same four fields of each child still running.
+//
+// Why: Postgres serves every connection in a backend of its own, and a
+// backend that exits between two readings takes its utime and stime out of
+// /proc with it. The postmaster waits for every backend, and the kernel
+// then adds the backend's time (and its own waited-for children's) to the
+// postmaster's cutime and cstime. So the sum above moves a backend's time
+// from the "running children" term to the "waited for" term when it exits,
+// and nothing is lost or counted twice, except for a backend reaped within
+// the scan itself (between the reads of its stat and the postmaster's: a
+// window of microseconds, while the pools keep their connections);
+// grandchildren still running are not seen (Postgres backends start
+// none). The same holds for redis-server's rewrite and save forks. Matching
+// children by parent pid, rather than by data directory (/proc/<pid>/cwd),
+// needs no privilege over the server's user.
+func treeTicks(procs map[int]procStat, root int) (uint64, bool) {
+	r, ok := procs[root]
+	if !ok {
+		return 0, false
+	}
+	t := r.utime + r.stime + r.cutime + r.cstime
+	for pid, st := range procs {
+		if st.ppid == root && pid != root {
+			t += st.utime + st.stime + st.cutime + st.cstime
+		}
+	}
+	return t, true
+}
+
+// machineBusyTicks is the busy time of all CPUs, from /proc/stat's "cpu"
+// line: user, nice, system, irq and softirq. Idle and iowait are idle;
+// steal is time the hypervisor gave to other guests, not work done here;
+// guest and guest_nice are already inside user and nice.
+func machineBusyTicks() (uint64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("bench: /proc/stat: unexpected first line %q", line)
+	}
+	var busy uint64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system _ _ irq softirq
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: /proc/stat: %w", err)
+		}
+		busy += v
+	}
+	return busy, nil
+}
+
+var clkTck = sync.OnceValue(func() int {
+	// /proc counts in USER_HZ clock ticks. Go cannot call sysconf without
+	// cgo, so ask getconf; Linux fixes USER_HZ at 100 on every architecture
+	// Go runs on, which is the fallback.
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 100
+})
+
+// clockTicks is the number of /proc clock ticks per second.
+func clockTicks() int { return clkTck() }
+
+// postmasterPID finds the Postgres server behind db on this machine, or
+// returns 0. The pid in postmaster.pid under the server's data directory
+// must be the parent of the backend serving this very query: a database on
+// another machine (its data directory absent here, or another server's
+// there) or a role not allowed to read data_directory gives 0, and the
+// Postgres column stays empty.
+func postmasterPID(ctx context.Context, db *pgxpool.Pool) int {
+	var backend int
+	var dataDir string
+	if err := db.QueryRow(ctx, `SELECT pg_backend_pid(), current_setting('data_directory')`).Scan(&backend, &dataDir); err != nil {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0
+	}
+	if st, err := readProcStat(backend); err != nil || st.ppid != pid {
+		return 0
+	}
+	return pid
+}
+
+// redisServerPID asks the redis-server at addr its pid (INFO server), and
+// checks that this machine runs a redis-server under it; 0 if not (down,
+// or elsewhere). It speaks RESP itself on a fresh connection: a go-redis
+// client would retry, and print to stderr, while redis-down has the server
+// killed.
+func redisServerPID(addr string) int {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n') // "$<length>\r\n", then the text
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	text := make([]byte, n)
+	if _, err := io.ReadFull(r, text); err != nil {
+		return 0
+	}
+	pid := 0
+	for _, line := range strings.Split(string(text), "\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if pid <= 0 {
+		return 0
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil || !strings.HasPrefix(string(comm), "redis-server") {
+		return 0
+	}
+	return pid
+}
+
+// peakRSSMiB is a process's peak resident set (VmHWM), 0 if unreadable.
+func peakRSSMiB(pid int) float64 {
+	return statusMiB(fmt.Sprintf("/proc/%d/status", pid), "VmHWM:")
+}

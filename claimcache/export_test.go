@@ -1,0 +1,27 @@
+package claimcache
+
+// LocalShard returns which shard of c's local table holds key and how many
+// entries a shard keeps, so that an external test can predict FIFO eviction
+// exactly (the shard seed is random per table).
+func LocalShard(c *Cache, key []byte) (shard, capacity int) {
+	s := c.local.shard(key)
+	for i := range c.local.shards {
+		if &c.local.shards[i] == s {
+			return i, s.max
+		}
+	}
+	panic("BUG: key in no shard")
+}
+
+// LocalLen returns how many entries c's local table holds and how many
+// FIFO slots it uses, summed over its shards.
+func LocalLen(c *Cache) (entries, slots int) {
+	for i := range c.local.shards {
+		s := &c.local.shards[i]
+		s.mu.Lock()
+		entries += len(s.m)
+		slots += len(s.order)
+		s.mu.Unlock()
+	}
+	return entries, slots
+}
