@@ -78,10 +78,13 @@ ORDERS ?= 1000
 demo: deps
 	$(GO) run ./cmd/edgebench demo -orders $(ORDERS)
 
-## fuzz: fuzz the generic channel's parse+verify for FUZZTIME (default 60s)
+## fuzz: fuzz every parser (channel adapters, admin routes) for FUZZTIME each (default 60s)
 FUZZTIME ?= 60s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzNotify -fuzztime $(FUZZTIME) ./edge/channel/
+	$(GO) test -run '^$$' -fuzz '^FuzzNotify$$' -fuzztime $(FUZZTIME) ./edge/channel/
+	$(GO) test -run '^$$' -fuzz '^FuzzWeChat$$' -fuzztime $(FUZZTIME) ./edge/channel/
+	$(GO) test -run '^$$' -fuzz '^FuzzAlipay$$' -fuzztime $(FUZZTIME) ./edge/channel/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminRoute$$' -fuzztime $(FUZZTIME) ./edge/
 
 ## lint: gofmt, go vet, the import-direction check and no test code in edged
 lint:

@@ -149,15 +149,17 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 		return r, err
 	}
 	metrics := edge.NewMetrics([]string{Channel})
+	// The load generator is one address standing for many channels, as a
+	// proxy in front would be: no per-address connection cap.
 	server, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: store, Cache: cache,
-		Budget: spec.Budget, Logger: logger, Metrics: metrics})
+		Budget: spec.Budget, Logger: logger, Metrics: metrics, MaxConnsPerIP: -1})
 	if err != nil {
 		return r, err
 	}
 	if r.URL, err = serveLoopback(stops, server.Serve, server.Shutdown); err != nil {
 		return r, err
 	}
-	noCache, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: store, Budget: spec.Budget, Logger: logger})
+	noCache, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: store, Budget: spec.Budget, Logger: logger, MaxConnsPerIP: -1})
 	if err != nil {
 		return r, err
 	}

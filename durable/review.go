@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,33 +46,51 @@ const (
 type ReviewQuery struct {
 	State ReviewState // default open
 	Limit int         // default 50, at most 1000
-	// AfterID, when > 0, returns rows with a smaller id (the next page).
+	// AfterID, when > 0, returns rows with a smaller id (the next page);
+	// 0 or less returns the first page. Any int64 is valid: ids are BIGINT.
 	AfterID int64
 }
 
 const reviewColumns = `id, biz_key, order_no, reason, payload_hash, raw_body,
 created_at, resolved_at, resolution, resolved_by`
 
-const sqlReviews = `SELECT ` + reviewColumns + ` FROM notify_review
-WHERE ($1 = 'all' OR ($1 = 'open') = (resolved_at IS NULL))
-  AND ($2 = 0 OR id < $2)
-ORDER BY id DESC LIMIT $3`
+// sqlReviews is one statement per state rather than one that tests the
+// state in SQL, so that every plan, generic or custom, can take its index:
+// open rows through notify_review_open_id_idx, the others through the
+// primary key. The page bound is always a bigint ($1::bigint): an untyped
+// parameter compared with an integer literal would be typed int4, which
+// fails for ids of 2^31 and above.
+var sqlReviews = map[ReviewState]string{
+	ReviewOpen:     sqlReviewPage(`resolved_at IS NULL AND `),
+	ReviewResolved: sqlReviewPage(`resolved_at IS NOT NULL AND `),
+	ReviewAll:      sqlReviewPage(``),
+}
 
-// Reviews returns a page of the review queue, newest first.
+func sqlReviewPage(filter string) string {
+	return `SELECT ` + reviewColumns + ` FROM notify_review
+WHERE ` + filter + `id < $1::bigint
+ORDER BY id DESC LIMIT $2::bigint`
+}
+
+// Reviews returns a page of the review queue, newest first. It reads on the
+// operator pool, under the operator timeouts.
 func (s *Store) Reviews(ctx context.Context, q ReviewQuery) ([]Review, error) {
 	if q.State == "" {
 		q.State = ReviewOpen
 	}
-	switch q.State {
-	case ReviewOpen, ReviewResolved, ReviewAll:
-	default:
+	sql, ok := sqlReviews[q.State]
+	if !ok {
 		return nil, fmt.Errorf("%w: review state %q", ErrInvalid, q.State)
 	}
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
 	q.Limit = min(q.Limit, 1000)
-	rows, err := s.pool.Query(ctx, sqlReviews, string(q.State), q.AfterID, q.Limit)
+	before := q.AfterID
+	if before <= 0 {
+		before = math.MaxInt64 // the first page: every id is smaller
+	}
+	rows, err := s.ops.Query(ctx, sql, before, int64(q.Limit))
 	if err != nil {
 		return nil, wrap(ctx, "list reviews", err)
 	}
@@ -92,11 +111,12 @@ SELECT false, ` + reviewColumns + ` FROM notify_review
  WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM upd)`
 
 // ResolveReview closes an open review row with an operator's resolution. A
-// problem that recurs afterwards opens a new row.
+// problem that recurs afterwards opens a new row. It runs on the operator
+// pool, under the operator timeouts.
 func (s *Store) ResolveReview(ctx context.Context, id int64, resolution, by string) (Review, error) {
 	var r Review
 	var updated bool
-	err := s.pool.QueryRow(ctx, sqlResolve, id, resolution, by).Scan(&updated,
+	err := s.ops.QueryRow(ctx, sqlResolve, id, resolution, by).Scan(&updated,
 		&r.ID, &r.BizKey, &r.OrderNo, &r.Reason, &r.PayloadHash, &r.RawBody,
 		&r.CreatedAt, &r.ResolvedAt, &r.Resolution, &r.ResolvedBy)
 	switch {
@@ -111,9 +131,10 @@ func (s *Store) ResolveReview(ctx context.Context, id int64, resolution, by stri
 }
 
 // OpenReviews counts the open review rows by reason (every reason present,
-// zero included), for the notifyedge_review_open gauge.
+// zero included), for the notifyedge_review_open gauge. It reads on the
+// operator pool.
 func (s *Store) OpenReviews(ctx context.Context) (map[ReviewReason]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT reason, count(*) FROM notify_review WHERE resolved_at IS NULL GROUP BY reason`)
+	rows, err := s.ops.Query(ctx, `SELECT reason, count(*) FROM notify_review WHERE resolved_at IS NULL GROUP BY reason`)
 	if err != nil {
 		return nil, wrap(ctx, "count open reviews", err)
 	}

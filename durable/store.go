@@ -54,7 +54,20 @@ type Config struct {
 	LockTimeout time.Duration
 	// IdleInTxTimeout ends a transaction its client abandoned (default 10s).
 	IdleInTxTimeout time.Duration
-	// Tracer, if set, traces every query of the pool (e.g. to count
+	// OpsMaxConns caps the operator pool (default 2): the few connections
+	// that serve metric scrapes and the review queue (OpenReviews,
+	// OutboxBacklog, Reviews, ResolveReview), so that no number of scrapers
+	// or listings can take a connection from a callback. Operator calls
+	// beyond it queue on this pool, bounded by their own context.
+	OpsMaxConns int32
+	// OpsStatementTimeout is the operator pool's statement_timeout (default
+	// 5s): an operator read may take longer than a callback's budget allows,
+	// and must not inherit it.
+	OpsStatementTimeout time.Duration
+	// OpsLockTimeout is the operator pool's lock_timeout (default
+	// OpsStatementTimeout).
+	OpsLockTimeout time.Duration
+	// Tracer, if set, traces every query of both pools (e.g. to count
 	// statements in tests).
 	Tracer pgx.QueryTracer
 	// NoMigrate skips migrations in New (for nodes that must not change the
@@ -68,13 +81,22 @@ func (c Config) withDefaults() Config {
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, 5*time.Second)
 	c.LockTimeout = cmp.Or(c.LockTimeout, c.StatementTimeout)
 	c.IdleInTxTimeout = cmp.Or(c.IdleInTxTimeout, 10*time.Second)
+	c.OpsMaxConns = cmp.Or(c.OpsMaxConns, 2)
+	c.OpsStatementTimeout = cmp.Or(c.OpsStatementTimeout, 5*time.Second)
+	c.OpsLockTimeout = cmp.Or(c.OpsLockTimeout, c.OpsStatementTimeout)
 	return c
 }
 
 // Store is the durable authority over one Postgres database. It is safe for
 // concurrent use; several Stores (nodes) may share one database.
+//
+// It holds two pools: the callback pool (Config.MaxConns, the callback
+// budget's timeouts) for deliveries and transitions, and the small
+// operator pool (Config.OpsMaxConns, its own timeouts) for metric scrapes
+// and the review queue, which never touch the callback pool.
 type Store struct {
-	pool         *pgxpool.Pool
+	pool         *pgxpool.Pool // callbacks, transitions, the relay's notifier
+	ops          *pgxpool.Pool // operator reads and review resolutions
 	pokes        chan struct{}
 	closing      chan struct{}
 	notifierDone chan struct{}
@@ -85,7 +107,9 @@ type Store struct {
 var preparedStatements = []string{sqlProcess, sqlTransition}
 
 // New connects to cfg.URL, migrates the schema (unless cfg.NoMigrate) and
-// opens and prepares cfg.MinConns connections before it returns.
+// opens and prepares cfg.MinConns connections of the callback pool before
+// it returns. The operator pool connects on first use, so it adds nothing
+// to start-up or to the callback path.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if cfg.MinConns > cfg.MaxConns {
@@ -100,25 +124,16 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
+	app := cmp.Or(pc.ConnConfig.RuntimeParams["application_name"], "notifyedge")
+	oc := pc.Copy()
+
 	pc.MaxConns, pc.MinConns = cfg.MaxConns, cfg.MinConns
-	if cfg.Tracer != nil {
-		pc.ConnConfig.Tracer = cfg.Tracer
-	}
-	rp := pc.ConnConfig.RuntimeParams
-	rp["statement_timeout"] = ms(cfg.StatementTimeout)
-	rp["lock_timeout"] = ms(cfg.LockTimeout)
-	rp["idle_in_transaction_session_timeout"] = ms(cfg.IdleInTxTimeout)
-	rp["application_name"] = cmp.Or(rp["application_name"], "notifyedge")
+	setSession(pc, cfg, cfg.StatementTimeout, cfg.LockTimeout, app)
 	// Every statement here is a primary-key or unique-index probe: a generic
 	// plan is always right, and re-planning custom plans (the default for the
 	// first executions, and whenever Postgres hesitates) cost ~10 % of
 	// first-delivery throughput on two cores.
-	rp["plan_cache_mode"] = "force_generic_plan"
-	// On a deadline, ask the server to cancel at once (it rolls back and the
-	// connection stays usable); close the socket only if it does not answer.
-	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 50 * time.Millisecond}
-	}
+	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		for _, q := range preparedStatements {
 			if _, err := c.Prepare(ctx, q, q); err != nil {
@@ -127,17 +142,50 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil
 	}
+
+	// The operator pool keeps the default plan_cache_mode (its queries filter
+	// on parameters a custom plan can fold into an index choice), prepares
+	// nothing up front and opens no connection until an operator read needs
+	// one. Its own application_name tells its sessions apart in
+	// pg_stat_activity.
+	oc.MaxConns, oc.MinConns = cfg.OpsMaxConns, 0
+	setSession(oc, cfg, cfg.OpsStatementTimeout, cfg.OpsLockTimeout, app+"-ops")
+
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
-	s := &Store{pool: pool, pokes: make(chan struct{}, 1), closing: make(chan struct{}), notifierDone: make(chan struct{})}
+	ops, err := pgxpool.NewWithConfig(ctx, oc)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open operator pool: %w", err)
+	}
+	s := &Store{pool: pool, ops: ops, pokes: make(chan struct{}, 1), closing: make(chan struct{}), notifierDone: make(chan struct{})}
 	if err := s.warm(ctx, int(cfg.MinConns)); err != nil {
 		pool.Close()
+		ops.Close()
 		return nil, err
 	}
 	go s.notifier()
 	return s, nil
+}
+
+// setSession sets what both pools configure alike, with each pool's own
+// timeouts and application_name.
+func setSession(pc *pgxpool.Config, cfg Config, statement, lock time.Duration, app string) {
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
+	}
+	rp := pc.ConnConfig.RuntimeParams
+	rp["statement_timeout"] = ms(statement)
+	rp["lock_timeout"] = ms(lock)
+	rp["idle_in_transaction_session_timeout"] = ms(cfg.IdleInTxTimeout)
+	rp["application_name"] = app
+	// On a deadline, ask the server to cancel at once (it rolls back and the
+	// connection stays usable); close the socket only if it does not answer.
+	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 50 * time.Millisecond}
+	}
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
@@ -168,11 +216,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pool, waiting for connections in use to be released.
+// Close closes both pools, waiting for connections in use to be released.
 func (s *Store) Close() {
 	close(s.closing)
 	<-s.notifierDone
 	s.pool.Close()
+	s.ops.Close()
 }
 
 // wrap adds the operation to err and keeps the cause testable: a context

@@ -7,10 +7,14 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,6 +59,7 @@ type AdminConfig struct {
 type Admin struct {
 	cfg     AdminConfig
 	log     *slog.Logger
+	httpLog *httpLog
 	metrics fasthttp.RequestHandler
 	fast    *fasthttp.Server
 }
@@ -65,16 +70,18 @@ func NewAdmin(cfg AdminConfig) (*Admin, error) {
 		return nil, errors.New("edge: admin needs Reviews, Postgres and Metrics")
 	}
 	a := &Admin{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
+	a.httpLog = newHTTPLog(a.log, cfg.Metrics.LogsDropped)
 	a.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	a.fast = &fasthttp.Server{
 		Handler:               a.handle,
+		ErrorHandler:          a.handleFastError,
 		ReadTimeout:           10 * time.Second,
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           60 * time.Second,
-		MaxRequestBodySize:    64 << 10,
+		MaxRequestBodySize:    adminMaxBody,
 		SecureErrorLogMessage: true,
 		NoDefaultServerHeader: true,
-		Logger:                fastLogger{a.log},
+		Logger:                a.httpLog,
 	}
 	return a, nil
 }
@@ -85,34 +92,58 @@ func (a *Admin) Serve(ln net.Listener) error { return a.fast.Serve(ln) }
 // Shutdown stops the admin listener.
 func (a *Admin) Shutdown(ctx context.Context) error { return a.fast.ShutdownWithContext(ctx) }
 
-var (
-	reviewPrefix  = []byte("/review/")
-	resolveSuffix = []byte("/resolve")
-	bearerPrefix  = []byte("Bearer ")
-)
+// adminMaxBody bounds an admin request's body.
+const adminMaxBody = 64 << 10
 
+var bearerPrefix = []byte("Bearer ")
+
+// handle serves one admin request. A panic is answered 500 and logged once
+// with its stack: the public listener shares the process, and one bad
+// request on the admin side must never take it down.
 func (a *Admin) handle(ctx *fasthttp.RequestCtx) {
-	path := ctx.Path()
-	get := ctx.IsGet() || ctx.IsHead()
-	switch {
-	case string(path) == "/metrics" && get:
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.Error("panic in admin handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			ctx.Response.Reset()
+			jsonError(ctx, http.StatusInternalServerError, "internal error")
+		}
+	}()
+	r := parseAdminRoute(ctx.Method(), ctx.Request.URI().PathOriginal())
+	if r.ep == epNone {
+		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
+		return
+	}
+	if r.allowed != "" {
+		ctx.Response.Header.Set("Allow", r.allowed)
+		jsonError(ctx, http.StatusMethodNotAllowed, "method not allowed: use "+r.allowed)
+		return
+	}
+	switch r.ep {
+	case epMetrics:
 		a.metrics(ctx)
-	case string(path) == "/healthz" && get:
+	case epHealthz:
 		ctx.SetContentType("text/plain")
 		ctx.SetBodyString("ok\n")
-	case string(path) == "/readyz" && get:
+	case epReadyz:
 		a.readyz(ctx)
-	case string(path) == "/review" && get:
+	case epReviews:
 		if a.authorized(ctx) {
 			a.listReviews(ctx)
 		}
-	case bytes.HasPrefix(path, reviewPrefix) && bytes.HasSuffix(path, resolveSuffix) && ctx.IsPost():
+	case epReviewResolve:
 		if a.authorized(ctx) {
-			a.resolve(ctx, path[len(reviewPrefix):len(path)-len(resolveSuffix)])
+			a.resolve(ctx, r.id)
 		}
 	default:
 		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
 	}
+}
+
+// handleFastError answers what fasthttp refused before the handler, in
+// the same JSON as every other admin answer.
+func (a *Admin) handleFastError(ctx *fasthttp.RequestCtx, err error) {
+	code, msg := fastErrorAnswer(err, adminMaxBody)
+	jsonError(ctx, code, msg)
 }
 
 func (a *Admin) readyz(ctx *fasthttp.RequestCtx) {
@@ -222,20 +253,14 @@ func (a *Admin) listReviews(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, http.StatusOK, page)
 }
 
-func (a *Admin) resolve(ctx *fasthttp.RequestCtx, idBytes []byte) {
-	id, err := strconv.ParseInt(string(idBytes), 10, 64)
-	if err != nil || id < 1 {
-		jsonError(ctx, http.StatusNotFound, "no such review")
-		return
-	}
+func (a *Admin) resolve(ctx *fasthttp.RequestCtx, id int64) {
 	var req struct {
 		Resolution string `json:"resolution"`
 		By         string `json:"by"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || req.Resolution == "" || req.By == "" {
-		jsonError(ctx, http.StatusBadRequest, `body: must be {"resolution":"...","by":"..."}, both non-empty`)
+	if err := decodeStrict(ctx.PostBody(), &req); err != nil || req.Resolution == "" || req.By == "" ||
+		strings.ContainsRune(req.Resolution, 0) || strings.ContainsRune(req.By, 0) {
+		jsonError(ctx, http.StatusBadRequest, `body: must be {"resolution":"...","by":"..."}, both non-empty, without NUL`)
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -254,6 +279,20 @@ func (a *Admin) resolve(ctx *fasthttp.RequestCtx, idBytes []byte) {
 			"resolution", req.Resolution, "by", req.By)
 		writeJSON(ctx, http.StatusOK, toReviewJSON(r))
 	}
+}
+
+// decodeStrict decodes one JSON object into v: unknown fields and anything
+// after the object are refused.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON object")
+	}
+	return nil
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, code int, v any) {

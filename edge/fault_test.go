@@ -11,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/edge"
 )
 
 // proxy puts an in-process toxiproxy in front of upstream.
@@ -125,4 +127,48 @@ func TestPostgresSlowPastBudget(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE order_no = 'O-slow'`); n != 1 {
 		t.Errorf("outbox rows %d, want 1", n)
 	}
+}
+
+// hangingCleanup is a cache whose Complete and Abort hang, as a Redis that
+// stalls right after answering the claim would.
+type hangingCleanup struct {
+	edge.Cache
+	hang time.Duration
+}
+
+func (h hangingCleanup) Complete(ctx context.Context, key []byte, d claimcache.Digest, response []byte) error {
+	time.Sleep(h.hang)
+	return h.Cache.Complete(ctx, key, d, response)
+}
+
+func (h hangingCleanup) Abort(ctx context.Context, key []byte, d claimcache.Digest, tok claimcache.Token) error {
+	time.Sleep(h.hang)
+	return h.Cache.Abort(ctx, key, d, tok)
+}
+
+// The answer is written at the hard stop whatever the cache is doing: the
+// cache's Abort (after a 503) and Complete (after a SUCCESS) run after the
+// answer, so a Redis that hangs at that moment delays nothing.
+func TestCacheCleanupAfterTheAnswer(t *testing.T) {
+	c := durabletest.Shared(t)
+	name := durabletest.CreateDatabase(t, true)
+	px := proxy(t, "postgres", c.TCPAddr())
+	const hang = 400 * time.Millisecond
+	b := setup(t, options{budget: 200 * time.Millisecond, dbURL: durabletest.TCPURL(px.Listen, name), cache: true,
+		wrapCache: func(c edge.Cache) edge.Cache { return hangingCleanup{c, hang} }})
+	b.order(t, "O-fast", durable.PendingPay, 1999)
+	start := time.Now()
+	r := b.post(t, body("T-fast", "PAY_SUCCESS", "O-fast", 1999))
+	if d := time.Since(start); r.status != 200 || d > 150*time.Millisecond {
+		t.Errorf("first delivery with Complete hanging %v: %d %s after %v, want 200 well before the hang ends", hang, r.status, r.body, d)
+	}
+	b.order(t, "O-slow2", durable.PendingPay, 1999)
+	addLatency(t, px, 300)
+	start = time.Now()
+	r = b.post(t, body("T-slow2", "PAY_SUCCESS", "O-slow2", 1999))
+	if d := time.Since(start); r.status != 503 || d > 300*time.Millisecond {
+		t.Errorf("slow Postgres with Abort hanging %v: %d %s after %v, want 503 within 300 ms", hang, r.status, r.body, d)
+	}
+	removeLatency(t, px)
+	time.Sleep(hang) // the cleanup finishes before the bundle shuts down
 }

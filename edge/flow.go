@@ -113,7 +113,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 	}
 	res, err := s.process(start, x)
 	if owned.Verdict == claimcache.Won && (err != nil || !res.Outcome.Done()) {
-		_ = s.cache.Abort(context.Background(), x.d.Key, x.d.Sum, owned.Token) // the pending TTL backstops a failure
+		s.cleanup.abort(x.d.Key, x.d.Sum, owned.Token) // after the answer; the pending TTL backstops a failure
 	}
 	if err != nil {
 		x.err = err
@@ -138,7 +138,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 		if cacheUp {
 			// Committed: from now on the cache may answer with these bytes.
 			x.cached = encodeCached(x.cached[:0], x.verdict.HTTP, x.ctype, x.body)
-			_ = s.cache.Complete(context.Background(), x.d.Key, x.d.Sum, x.cached)
+			s.cleanup.complete(x.d.Key, x.d.Sum, x.cached) // after the answer
 		}
 		return
 	}
@@ -254,7 +254,7 @@ func (s *Server) finish(start time.Time, x *exchange) {
 	case x.outcome == OutcomeConflict || x.review != "":
 		level = slog.LevelError // an alarm: a human must look
 	case x.path == PathRejected:
-		if !s.rejectLog.Allow() {
+		if !s.httpLog.allow() {
 			return
 		}
 	case x.outcome == OutcomeInternal:

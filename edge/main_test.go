@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -65,6 +66,14 @@ type options struct {
 	redis    *claimcachetest.Server
 	// channels are configured beside acme.
 	channels []channel.Channel
+	// server are the public listener's connection settings (zero: the
+	// defaults); logger receives both listeners' logs (nil: the default).
+	server edge.Config
+	logger *slog.Logger
+	// dbMaxConns caps the callback pool (0: durable's default).
+	dbMaxConns int32
+	// reviews wraps the admin's review queue (fault injection).
+	reviews func(edge.ReviewQueue) edge.ReviewQueue
 }
 
 func setup(t testing.TB, o options) *bundle {
@@ -78,7 +87,7 @@ func setup(t testing.TB, o options) *bundle {
 		o.budget = 2 * time.Second // correctness storms must not flake on a loaded machine
 	}
 	queries := &queryCounter{}
-	store, err := durable.New(ctx, durable.Config{URL: dbURL, MinConns: 2, StatementTimeout: o.budget, Tracer: queries})
+	store, err := durable.New(ctx, durable.Config{URL: dbURL, MinConns: 2, MaxConns: o.dbMaxConns, StatementTimeout: o.budget, Tracer: queries})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +143,9 @@ func setup(t testing.TB, o options) *bundle {
 			ecache = o.wrapCache(cache)
 		}
 	}
-	srv, err := edge.New(edge.Config{Channels: channels, Authority: store, Cache: ecache, Budget: o.budget, MaxBody: o.maxBody, Metrics: metrics})
+	sc := o.server
+	sc.Channels, sc.Authority, sc.Cache, sc.Budget, sc.MaxBody, sc.Metrics, sc.Logger = channels, store, ecache, o.budget, o.maxBody, metrics, o.logger
+	srv, err := edge.New(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +153,12 @@ func setup(t testing.TB, o options) *bundle {
 	if o.noTokens {
 		token = ""
 	}
-	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, Reviews: store, Postgres: store, Metrics: metrics, Draining: srv.Draining, RedisState: redisState})
+	var reviews edge.ReviewQueue = store
+	if o.reviews != nil {
+		reviews = o.reviews(store)
+	}
+	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, Reviews: reviews, Postgres: store, Metrics: metrics,
+		Draining: srv.Draining, RedisState: redisState, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +175,8 @@ func setup(t testing.TB, o options) *bundle {
 	return &bundle{
 		url: "http://" + ln.Addr().String(), adminURL: "http://" + aln.Addr().String(),
 		dbURL: dbURL, store: store, db: db, server: srv, redis: redisSrv, cache: cache, queries: queries,
-		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
+		// A channel keeps its connections under the per-address cap.
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128}},
 	}
 }
 

@@ -20,6 +20,11 @@ type Metrics struct {
 	CacheErrors prometheus.Counter
 	// BreakerOpen is 1 while the cache breaker is open.
 	BreakerOpen prometheus.Gauge
+	// ConnsRefused counts connections the public listener refused, by
+	// reason (per_ip, total).
+	ConnsRefused *prometheus.CounterVec
+	// LogsDropped counts log lines the rate limit dropped.
+	LogsDropped prometheus.Counter
 
 	byChannel map[string]*channelMetrics
 	unknown   *channelMetrics
@@ -73,9 +78,17 @@ func NewMetrics(channels []string) *Metrics {
 			Name: "notifyedge_cache_breaker_open",
 			Help: "1 while the cache breaker is open (Redis skipped), else 0.",
 		}),
+		ConnsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "notifyedge_connections_refused_total",
+			Help: "Connections the public listener refused: per_ip (one address over its cap) or total.",
+		}, []string{"reason"}),
+		LogsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "notifyedge_log_lines_dropped_total",
+			Help: "Log lines of rejected requests and HTTP-layer errors dropped by the log rate limit.",
+		}),
 		byChannel: make(map[string]*channelMetrics, len(channels)),
 	}
-	reg.MustRegister(requests, duration, m.CacheErrors, m.BreakerOpen)
+	reg.MustRegister(requests, duration, m.CacheErrors, m.BreakerOpen, m.ConnsRefused, m.LogsDropped)
 	resolve := func(name string) *channelMetrics {
 		cm := &channelMetrics{}
 		for o := range numOutcomes {
@@ -111,7 +124,7 @@ func (m *Metrics) observe(cm *channelMetrics, o Outcome, p Path, elapsed time.Du
 // satisfies it.
 type Backlog interface {
 	OpenReviews(ctx context.Context) (map[durable.ReviewReason]int64, error)
-	OutboxBacklog(ctx context.Context) (pending int64, oldest time.Duration, err error)
+	OutboxBacklog(ctx context.Context) (durable.Backlog, error)
 }
 
 // RegisterBacklog adds notifyedge_review_open{reason},
@@ -125,7 +138,9 @@ var (
 	descReviewOpen = prometheus.NewDesc("notifyedge_review_open",
 		"Open review rows by reason: each needs a human.", []string{"reason"}, nil)
 	descOutboxPending = prometheus.NewDesc("notifyedge_outbox_pending",
-		"Outbox rows not yet acknowledged by the broker.", nil, nil)
+		"Outbox rows not yet acknowledged by the broker (counted up to a cap: see notifyedge_outbox_pending_exact).", nil, nil)
+	descOutboxExact = prometheus.NewDesc("notifyedge_outbox_pending_exact",
+		"1 when notifyedge_outbox_pending is the exact count, 0 when the count stopped at its cap (the backlog is larger).", nil, nil)
 	descOutboxOldest = prometheus.NewDesc("notifyedge_outbox_oldest_pending_seconds",
 		"Age of the oldest unpublished outbox row (0 when none).", nil, nil)
 	descBacklogUp = prometheus.NewDesc("notifyedge_backlog_scrape_ok",
@@ -138,6 +153,7 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descReviewOpen
 	ch <- descOutboxPending
 	ch <- descOutboxOldest
+	ch <- descOutboxExact
 	ch <- descBacklogUp
 }
 
@@ -152,9 +168,14 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		ok = 0
 	}
-	if pending, oldest, err := c.src.OutboxBacklog(ctx); err == nil {
-		ch <- prometheus.MustNewConstMetric(descOutboxPending, prometheus.GaugeValue, float64(pending))
-		ch <- prometheus.MustNewConstMetric(descOutboxOldest, prometheus.GaugeValue, oldest.Seconds())
+	if b, err := c.src.OutboxBacklog(ctx); err == nil {
+		exact := 0.0
+		if b.Exact {
+			exact = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descOutboxPending, prometheus.GaugeValue, float64(b.Pending))
+		ch <- prometheus.MustNewConstMetric(descOutboxOldest, prometheus.GaugeValue, b.Oldest.Seconds())
+		ch <- prometheus.MustNewConstMetric(descOutboxExact, prometheus.GaugeValue, exact)
 	} else {
 		ok = 0
 	}

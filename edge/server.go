@@ -16,7 +16,6 @@ import (
 
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/valyala/fasthttp"
-	"golang.org/x/time/rate"
 )
 
 // Config configures a Server. Zero fields take the defaults noted.
@@ -36,11 +35,18 @@ type Config struct {
 	Metrics *Metrics
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
-	// ReadTimeout, WriteTimeout and IdleTimeout bound slow or idle clients
-	// (defaults 5s, 5s, 60s).
+	// ReadTimeout and WriteTimeout bound slow clients (defaults 5s, 5s);
+	// IdleTimeout closes a keep-alive connection that sends nothing
+	// (default 5s: channels open a connection per burst of callbacks, and
+	// an idle connection is a slot an attacker holds for free).
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
-	// Concurrency caps the connections served at once (default 4096).
+	// Concurrency caps the connections open at once (default 4096).
 	Concurrency int
+	// MaxConnsPerIP caps the connections open at once from one client
+	// address (default 256, negative: no cap), so that one client cannot
+	// take every slot. Behind a proxy every connection comes from the
+	// proxy: set it to no cap there and limit per source at the proxy.
+	MaxConnsPerIP int
 }
 
 // Server is the public callback endpoint.
@@ -54,9 +60,12 @@ type Server struct {
 	maxBody       int
 	metrics       *Metrics
 	log           *slog.Logger
-	rejectLog     *rate.Limiter
+	httpLog       *httpLog // rejections and fasthttp's own lines, rate-limited
 	fast          *fasthttp.Server
 	draining      atomic.Bool
+	maxConns      int
+	maxConnsPerIP int
+	cleanup       *cacheCleanup // nil without a cache
 }
 
 // New returns a Server for cfg.
@@ -74,8 +83,9 @@ func New(cfg Config) (*Server, error) {
 		budget:    cmp.Or(cfg.Budget, 200*time.Millisecond),
 		maxBody:   cmp.Or(cfg.MaxBody, 64<<10),
 		log:       cmp.Or(cfg.Logger, slog.Default()),
-		rejectLog: rate.NewLimiter(5, 20),
+		maxConns:  cmp.Or(cfg.Concurrency, 4096),
 	}
+	s.maxConnsPerIP = max(cmp.Or(cfg.MaxConnsPerIP, 256), 0)
 	names := make([]string, 0, len(cfg.Channels))
 	for _, ch := range cfg.Channels {
 		if _, dup := s.channels[ch.Name()]; dup {
@@ -88,30 +98,39 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(names)
 	}
+	s.httpLog = newHTTPLog(s.log, s.metrics.LogsDropped)
+	if s.cache != nil {
+		s.cleanup = newCacheCleanup(s.cache)
+	}
 	margin := min(s.budget/10, 20*time.Millisecond)
 	s.durableBudget = s.budget - margin
 	s.hardStop = s.budget - margin/2
 	s.fast = &fasthttp.Server{
-		Handler:                       s.HandleFastHTTP,
-		ErrorHandler:                  s.handleFastError,
-		MaxRequestBodySize:            s.maxBody,
-		ReadTimeout:                   cmp.Or(cfg.ReadTimeout, 5*time.Second),
-		WriteTimeout:                  cmp.Or(cfg.WriteTimeout, 5*time.Second),
-		IdleTimeout:                   cmp.Or(cfg.IdleTimeout, 60*time.Second),
-		Concurrency:                   cmp.Or(cfg.Concurrency, 4096),
+		Handler:            s.HandleFastHTTP,
+		ErrorHandler:       s.handleFastError,
+		MaxRequestBodySize: s.maxBody,
+		ReadTimeout:        cmp.Or(cfg.ReadTimeout, 5*time.Second),
+		WriteTimeout:       cmp.Or(cfg.WriteTimeout, 5*time.Second),
+		IdleTimeout:        cmp.Or(cfg.IdleTimeout, 5*time.Second),
+		// The connection caps are the listener's (Serve): fasthttp's own
+		// refusals are plain text. Its cap stays above ours, never reached.
+		Concurrency:                   s.maxConns + 1,
 		SecureErrorLogMessage:         true,
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
 		DisablePreParseMultipartForm:  true,
 		DisableHeaderNamesNormalizing: false,
 		CloseOnShutdown:               true,
-		Logger:                        fastLogger{s.log},
+		Logger:                        s.httpLog,
 	}
 	return s, nil
 }
 
-// Serve answers callbacks on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.fast.Serve(ln) }
+// Serve answers callbacks on ln until Shutdown, within the connection caps.
+func (s *Server) Serve(ln net.Listener) error {
+	refused := func(reason string) { s.metrics.ConnsRefused.WithLabelValues(reason).Inc() }
+	return s.fast.Serve(newConnLimiter(ln, s.maxConns, s.maxConnsPerIP, refused))
+}
 
 // Drain marks the server as draining: /readyz answers 503 from now on, so a
 // load balancer stops sending before the listener closes.
@@ -124,7 +143,11 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.Drain()
-	return s.fast.ShutdownWithContext(ctx)
+	err := s.fast.ShutdownWithContext(ctx)
+	if s.cleanup != nil {
+		s.cleanup.close(ctx) // after the last answer: nothing enqueues any more
+	}
+	return err
 }
 
 var (
@@ -205,18 +228,31 @@ func (s *Server) handleFastError(ctx *fasthttp.RequestCtx, err error) {
 	if path := ctx.Path(); bytes.HasPrefix(path, notifyPrefix) {
 		x.req.Channel = path[len(notifyPrefix):] // for the metrics label only
 	}
-	var netErr net.Error
-	switch {
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		s.fail(x, OutcomeTooLarge, "", fmt.Sprintf("body larger than %d bytes", s.maxBody))
-	case errors.As(err, &netErr) && netErr.Timeout():
-		s.fail(x, OutcomeBadRequest, "", "request read timed out")
-		x.verdict.HTTP = http.StatusRequestTimeout
-	default:
-		s.fail(x, OutcomeBadRequest, "", "malformed HTTP request")
+	code, msg := fastErrorAnswer(err, s.maxBody)
+	o := OutcomeBadRequest
+	if code == http.StatusRequestEntityTooLarge {
+		o = OutcomeTooLarge
 	}
+	s.fail(x, o, "", msg)
+	x.verdict.HTTP = code
 	s.write(ctx, x)
 	s.finish(start, x)
+}
+
+// fastErrorAnswer maps what fasthttp refused before a handler to a status
+// and a message that holds none of the request's bytes.
+func fastErrorAnswer(err error, maxBody int) (int, string) {
+	var netErr net.Error
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", maxBody)
+	case errors.As(err, &small):
+		return http.StatusRequestHeaderFieldsTooLarge, "request headers too large"
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return http.StatusRequestTimeout, "request read timed out"
+	}
+	return http.StatusBadRequest, "malformed HTTP request"
 }
 
 // ServeHTTP is the same flow behind net/http, for comparison and for users
@@ -256,9 +292,11 @@ type httpHeader http.Header
 
 func (h httpHeader) Peek(name string) []byte { return []byte(http.Header(h).Get(name)) }
 
-// fastLogger sends fasthttp's own messages to slog.
-type fastLogger struct{ log *slog.Logger }
-
-func (l fastLogger) Printf(format string, args ...any) {
-	l.log.Warn("fasthttp", "message", fmt.Sprintf(format, args...))
+func (h httpHeader) PeekAll(name string) [][]byte {
+	vs := http.Header(h).Values(name)
+	out := make([][]byte, len(vs))
+	for i, v := range vs {
+		out[i] = []byte(v)
+	}
+	return out
 }

@@ -28,9 +28,13 @@ type Config struct {
 	MaxBody     int
 	ResultTTL   time.Duration
 	Drain       time.Duration
-	Relay       bool
-	Dev         bool
-	Channels    []ChannelConfig
+	// IdleTimeout closes keep-alive connections that send nothing;
+	// MaxConnsPerIP caps one client address's connections (0: no cap).
+	IdleTimeout   time.Duration
+	MaxConnsPerIP int
+	Relay         bool
+	Dev           bool
+	Channels      []ChannelConfig
 }
 
 // ChannelConfig is one channel from EDGE_SECRET_<NAME> (or
@@ -59,7 +63,7 @@ func ParseConfig(args, env []string) (Config, error) {
 		return def
 	}
 	var c Config
-	var budget, maxBody, ttl, drain, relay string
+	var budget, maxBody, ttl, drain, relay, idle, perIP string
 	fs := flag.NewFlagSet("edged", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", get("EDGE_LISTEN", ":8080"), "public listen address (EDGE_LISTEN)")
 	fs.StringVar(&c.AdminListen, "admin-listen", get("EDGE_ADMIN_LISTEN", "127.0.0.1:9090"), "admin listen address (EDGE_ADMIN_LISTEN)")
@@ -68,6 +72,8 @@ func ParseConfig(args, env []string) (Config, error) {
 	fs.StringVar(&ttl, "result-ttl", get("EDGE_RESULT_TTL", "24h"), "how long the cache keeps a result (EDGE_RESULT_TTL)")
 	fs.StringVar(&drain, "drain", get("EDGE_DRAIN", "10s"), "how long in-flight requests may finish on shutdown (EDGE_DRAIN)")
 	fs.StringVar(&relay, "relay", get("EDGE_RELAY", "true"), "run the outbox relay where EDGE_STREAM_URL is set (EDGE_RELAY)")
+	fs.StringVar(&idle, "idle-timeout", get("EDGE_IDLE_TIMEOUT", "5s"), "close keep-alive connections idle this long (EDGE_IDLE_TIMEOUT)")
+	fs.StringVar(&perIP, "max-conns-per-ip", get("EDGE_MAX_CONNS_PER_IP", "256"), "connections one client address may hold open, 0 for no cap: set 0 behind a proxy (EDGE_MAX_CONNS_PER_IP)")
 	fs.BoolVar(&c.Dev, "dev", false, "throwaway Postgres and in-process Redis unless DATABASE_URL/REDIS_URL are given")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -84,6 +90,12 @@ func ParseConfig(args, env []string) (Config, error) {
 	}
 	if c.Drain, err = positiveDuration("drain", drain); err != nil {
 		return Config{}, err
+	}
+	if c.IdleTimeout, err = positiveDuration("idle-timeout", idle); err != nil {
+		return Config{}, err
+	}
+	if c.MaxConnsPerIP, err = strconv.Atoi(perIP); err != nil || c.MaxConnsPerIP < 0 {
+		return Config{}, fmt.Errorf("max-conns-per-ip: %q is not a whole number ≥ 0", perIP)
 	}
 	if c.MaxBody, err = parseSize(maxBody); err != nil {
 		return Config{}, fmt.Errorf("max-body: %w", err)

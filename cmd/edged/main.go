@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -160,7 +161,10 @@ func (m *Main) Run(ctx context.Context) error {
 		Budget:    cfg.Budget,
 		MaxBody:   cfg.MaxBody,
 		Metrics:   metrics,
-		Logger:    m.Logger,
+		// 0 in the configuration means no cap; edge's zero is its default.
+		MaxConnsPerIP: cmp.Or(cfg.MaxConnsPerIP, -1),
+		IdleTimeout:   cfg.IdleTimeout,
+		Logger:        m.Logger,
 	})
 	if err != nil {
 		return err

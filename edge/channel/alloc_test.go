@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/valyala/fasthttp"
 )
 
 // The adapter's verify+parse+key+digest must not allocate: it runs for
@@ -20,8 +21,12 @@ func TestGenericParseDoesNotAllocate(t *testing.T) {
 	}
 	body := []byte(`{"channel_txn_id":"4200001234202612020000001","event_type":"PAY_SUCCESS","order_no":"O202612020001","amount":1999,"currency":"CNY","extra":{"k":[1,"two"]}}`)
 	sig, _ := channel.SignWebhook(fuzzSecret, "msg_1", now.Unix(), body)
-	req := channel.Request{Channel: []byte("acme"), ContentType: []byte("application/json; charset=utf-8"), Body: body,
-		Header: headerBytes{"webhook-id": []byte("msg_1"), "webhook-timestamp": []byte(strconv.FormatInt(now.Unix(), 10)), "webhook-signature": []byte("v1,AAAA " + sig)}}
+	// The production header type: its PeekAll reuses one buffer.
+	var h fasthttp.RequestHeader
+	h.Set("webhook-id", "msg_1")
+	h.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+	h.Set("webhook-signature", "v1,AAAA "+sig)
+	req := channel.Request{Channel: []byte("acme"), ContentType: []byte("application/json; charset=utf-8"), Body: body, Header: &h}
 	var d channel.Delivery
 	if rej := g.Parse(&req, &d); rej != nil {
 		t.Fatal(rej)

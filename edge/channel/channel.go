@@ -24,7 +24,25 @@ import (
 // HeaderReader reads request headers. *fasthttp.RequestHeader satisfies it;
 // the returned bytes are valid only while the request is being handled.
 type HeaderReader interface {
+	// Peek returns the first value of the header (nil when absent).
 	Peek(name string) []byte
+	// PeekAll returns every value of the header, so that an adapter can
+	// refuse a repeated security header instead of silently taking the
+	// first one.
+	PeekAll(name string) [][]byte
+}
+
+// single returns the header's value when it appears exactly once; a
+// repeated header is ambiguous (which one was signed?) and refused.
+func single(h HeaderReader, name string) ([]byte, bool) {
+	all := h.PeekAll(name)
+	switch len(all) {
+	case 0:
+		return nil, true
+	case 1:
+		return all[0], true
+	}
+	return nil, false
 }
 
 // Request is the transport-neutral view of one callback. Every byte slice

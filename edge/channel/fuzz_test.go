@@ -14,10 +14,24 @@ type headerMap map[string]string
 
 func (h headerMap) Peek(name string) []byte { return []byte(h[name]) }
 
+func (h headerMap) PeekAll(name string) [][]byte {
+	if v, ok := h[name]; ok && v != "" {
+		return [][]byte{[]byte(v)}
+	}
+	return nil
+}
+
 // headerBytes is a HeaderReader that, like fasthttp's, returns stored bytes.
 type headerBytes map[string][]byte
 
 func (h headerBytes) Peek(name string) []byte { return h[name] }
+
+func (h headerBytes) PeekAll(name string) [][]byte {
+	if v, ok := h[name]; ok && len(v) > 0 {
+		return [][]byte{v}
+	}
+	return nil
+}
 
 const fuzzSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 

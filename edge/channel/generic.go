@@ -106,9 +106,12 @@ func (g *Generic) Parse(req *Request, d *Delivery) *Reject {
 }
 
 func (g *Generic) verify(req *Request, d *Delivery) *Reject {
-	id := req.Header.Peek(headerWebhookID)
-	ts := req.Header.Peek(headerWebhookTimestamp)
-	sigs := req.Header.Peek(headerWebhookSignature)
+	id, ok1 := single(req.Header, headerWebhookID)
+	ts, ok2 := single(req.Header, headerWebhookTimestamp)
+	sigs, ok3 := single(req.Header, headerWebhookSignature)
+	if !ok1 || !ok2 || !ok3 {
+		return unauthorized("webhook-id, webhook-timestamp or webhook-signature repeated: send one of each (several signatures go space-separated in one header)")
+	}
 	if len(id) == 0 || len(ts) == 0 || len(sigs) == 0 {
 		return unauthorized("missing webhook-id, webhook-timestamp or webhook-signature")
 	}

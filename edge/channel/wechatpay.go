@@ -108,10 +108,13 @@ const WeChatSignatureProbe = "WECHATPAY/SIGNTEST/"
 
 // Parse verifies, decrypts and maps a notification.
 func (w *WeChatPay) Parse(req *Request, d *Delivery) *Reject {
-	ts := req.Header.Peek("Wechatpay-Timestamp")
-	nonce := req.Header.Peek("Wechatpay-Nonce")
-	sig := req.Header.Peek("Wechatpay-Signature")
-	serial := req.Header.Peek("Wechatpay-Serial")
+	ts, ok1 := single(req.Header, "Wechatpay-Timestamp")
+	nonce, ok2 := single(req.Header, "Wechatpay-Nonce")
+	sig, ok3 := single(req.Header, "Wechatpay-Signature")
+	serial, ok4 := single(req.Header, "Wechatpay-Serial")
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return unauthorized("a Wechatpay-* header is repeated")
+	}
 	if len(ts) == 0 || len(nonce) == 0 || len(sig) == 0 || len(serial) == 0 {
 		return unauthorized("missing Wechatpay-Timestamp, -Nonce, -Signature or -Serial")
 	}

@@ -1,0 +1,61 @@
+package durable
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// This file is compiled into the test binary only: it lets the external
+// tests (package durable_test) reach the two pools without the production
+// API exporting them.
+
+// HoldCallbackPool acquires every connection of s's callback pool and
+// returns the function that gives them back, so that a test can show what
+// still answers while callbacks have the whole pool.
+func HoldCallbackPool(ctx context.Context, s *Store) (release func(), err error) {
+	conns := make([]*pgxpool.Conn, 0, s.pool.Config().MaxConns)
+	release = func() {
+		for _, c := range conns {
+			c.Release()
+		}
+		conns = nil
+	}
+	for range cap(conns) {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("hold callback pool: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return release, nil
+}
+
+// ShowSetting returns a run-time parameter as a session of the callback
+// pool (ops false) or of the operator pool (ops true) sees it.
+func ShowSetting(ctx context.Context, s *Store, ops bool, name string) (string, error) {
+	p := s.pool
+	if ops {
+		p = s.ops
+	}
+	var v string
+	if err := p.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v); err != nil {
+		return "", fmt.Errorf("show %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// ExplainOutboxBacklog runs OutboxBacklog's query as OutboxBacklog does,
+// under EXPLAIN (ANALYZE, FORMAT JSON), and returns the plan.
+func ExplainOutboxBacklog(ctx context.Context, s *Store) ([]byte, error) {
+	var plan []byte
+	if err := s.inIndexOrder(ctx, "EXPLAIN (ANALYZE, TIMING off, FORMAT JSON) "+sqlOutboxBacklog, &plan); err != nil {
+		return nil, fmt.Errorf("explain outbox backlog: %w", err)
+	}
+	return plan, nil
+}
+
+// OpsPoolStat returns the operator pool's statistics.
+func OpsPoolStat(s *Store) *pgxpool.Stat { return s.ops.Stat() }

@@ -1,0 +1,348 @@
+package durable_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// addOutbox inserts n unpublished outbox rows in one statement, as wide as
+// notifyedge_apply writes them, created at created (an SQL expression). The
+// payload is one constant of the real shape: building it per row doubled
+// the time of a 2M-row insert, and the backlog's reads never look inside.
+func (b *bundle) addOutbox(t *testing.T, n int, created string) {
+	t.Helper()
+	_, err := b.db.Exec(context.Background(), `INSERT INTO outbox (topic, order_no, payload, created_at)
+SELECT 'order.paid', 'O-' || g, '{"order_no": "O-1", "event_type": "PAY_SUCCESS", "from": "PENDING_PAY",
+       "to": "PAID", "biz_key": "test:T-1:PAY_SUCCESS"}', `+created+`
+  FROM generate_series(1, $1::int) g`, n)
+	if err != nil {
+		t.Fatalf("insert %d outbox rows: %v", n, err)
+	}
+}
+
+// The outbox gauges must answer at any backlog: a relay that has been down
+// long is exactly when the "outbox stuck" alert has to fire. The count
+// stops at BacklogCap and says so; the age comes from the head of the
+// unpublished index. At 2M waiting rows the reads go through a store whose
+// operator statement_timeout is low, so an answer at all proves the read
+// stayed under it: on two cores the bounded read takes 13-30 ms there, a
+// full count(*) 0.3-0.45 s (0.7-0.8 s when it has to sort).
+func TestOutboxBacklog(t *testing.T) {
+	const timeout = 250 * time.Millisecond
+	b := setup(t)
+	fast := newStore(t, b.url, durable.Config{OpsStatementTimeout: timeout})
+	ctx := context.Background()
+	// The smaller backlogs are read under the default timeout: the first
+	// read of rows just inserted sets their hint bits, which on a busy
+	// machine can take longer than the timeout the 2M reads are held to.
+	s := b.store
+	backlog := func(t *testing.T) (durable.Backlog, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		got, err := s.OutboxBacklog(ctx)
+		if err != nil {
+			t.Fatalf("OutboxBacklog: %v", err)
+		}
+		return got, time.Since(start)
+	}
+	// oldestIs checks the age of the head row, created ten minutes before
+	// the test began (at most the test's own run time more).
+	began := time.Now()
+	oldestIs := func(t *testing.T, got durable.Backlog) {
+		t.Helper()
+		if lo, hi := 10*time.Minute, 10*time.Minute+time.Since(began)+time.Second; got.Oldest < lo || got.Oldest > hi {
+			t.Errorf("Oldest %v, want between %v and %v", got.Oldest, lo, hi)
+		}
+	}
+
+	if got, _ := backlog(t); got != (durable.Backlog{Exact: true}) {
+		t.Errorf("empty outbox: %+v, want {0 true 0}", got)
+	}
+
+	// Five published rows ahead of the head, older still, must not count.
+	b.addOutbox(t, 5, `now() - interval '1 hour'`)
+	if _, err := b.db.Exec(ctx, `UPDATE outbox SET published_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	b.addOutbox(t, 1, `now() - interval '10 minutes'`)
+	b.addOutbox(t, 9, `now()`)
+	got, _ := backlog(t)
+	if got.Pending != 10 || !got.Exact {
+		t.Errorf("10 pending: %+v, want Pending 10, Exact", got)
+	}
+	oldestIs(t, got)
+
+	b.addOutbox(t, durable.BacklogCap-10, `now()`)
+	if got, _ := backlog(t); got.Pending != durable.BacklogCap || !got.Exact {
+		t.Errorf("exactly BacklogCap pending: %+v, want Pending %d, Exact", got, durable.BacklogCap)
+	}
+	b.addOutbox(t, 1, `now()`)
+	if got, _ := backlog(t); got.Pending != durable.BacklogCap || got.Exact {
+		t.Errorf("BacklogCap+1 pending: %+v, want Pending %d, not Exact", got, durable.BacklogCap)
+	}
+
+	const total = 2_000_000
+	start := time.Now()
+	b.addOutbox(t, total-durable.BacklogCap-1, `now()`)
+	t.Logf("inserted %d outbox rows in %v", total-durable.BacklogCap-1, time.Since(start).Round(time.Millisecond))
+	s = fast
+	for _, when := range []string{"first read", "second read"} {
+		got, took := backlog(t)
+		t.Logf("%d pending, %s: %+v in %v", total, when, got, took.Round(time.Millisecond))
+		if got.Pending != durable.BacklogCap || got.Exact {
+			t.Errorf("%d pending, %s: %+v, want Pending %d, not Exact", total, when, got, durable.BacklogCap)
+		}
+		oldestIs(t, got) // and no error: the server's statement_timeout bounds the read
+	}
+
+	// The same bound without a clock: the plan reads the partial index in
+	// order and stops at the cap, whatever the (stale) statistics say.
+	plan, err := durable.ExplainOutboxBacklog(ctx, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []planNode
+	if err := json.Unmarshal(plan, &nodes); err != nil {
+		t.Fatalf("plan %s: %v", plan, err)
+	}
+	for _, n := range nodes {
+		n.walk(func(n planNode) {
+			switch {
+			case n.Type == "Seq Scan" || strings.HasPrefix(n.Type, "Bitmap") || strings.HasSuffix(n.Type, "Sort"):
+				t.Errorf("plan has a %s node:\n%s", n.Type, plan)
+			case strings.HasPrefix(n.Type, "Index") && n.Rows > durable.BacklogCap+1:
+				t.Errorf("%s on %s returned %d rows, want at most BacklogCap+1", n.Type, n.Index, n.Rows)
+			}
+		})
+	}
+}
+
+// planNode is one node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	Plan  *planNode  `json:"Plan"`
+	Type  string     `json:"Node Type"`
+	Index string     `json:"Index Name"`
+	Rows  int64      `json:"Actual Rows"`
+	Plans []planNode `json:"Plans"`
+}
+
+func (n planNode) walk(f func(planNode)) {
+	if n.Plan != nil {
+		n.Plan.walk(f)
+		return
+	}
+	f(n)
+	for _, c := range n.Plans {
+		c.walk(f)
+	}
+}
+
+// The review listing pages by BIGINT id on both sides of 2^31: the bound
+// once typed int4 made after_id >= 2^31 fail.
+func TestReviewsBigintPages(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	record := func(i int) {
+		t.Helper()
+		n := note(fmt.Sprintf("T-big%d", i), durable.PaySuccess, fmt.Sprintf("O-big%d", i), 100, "CNY")
+		if err := b.store.RecordReview(ctx, n, durable.ReviewMerchantMismatch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(1)
+	record(2)
+	// The next ids straddle 2^31.
+	if _, err := b.db.Exec(ctx, `ALTER TABLE notify_review ALTER COLUMN id RESTART WITH 2147483647`); err != nil {
+		t.Fatal(err)
+	}
+	record(3)
+	record(4)
+	record(5)
+	ids := func(q durable.ReviewQuery) []int64 {
+		t.Helper()
+		rows, err := b.store.Reviews(ctx, q)
+		if err != nil {
+			t.Fatalf("Reviews(%+v): %v", q, err)
+		}
+		out := make([]int64, len(rows))
+		for i, r := range rows {
+			out[i] = r.ID
+		}
+		return out
+	}
+	const two31 = int64(1) << 31
+	all := []int64{two31 + 1, two31, two31 - 1, 2, 1}
+	for _, c := range []struct {
+		q    durable.ReviewQuery
+		want []int64
+	}{
+		{durable.ReviewQuery{}, all},
+		{durable.ReviewQuery{AfterID: -1}, all},
+		{durable.ReviewQuery{AfterID: 1 << 40}, all},
+		{durable.ReviewQuery{AfterID: 1<<63 - 1}, all},
+		{durable.ReviewQuery{AfterID: two31}, all[2:]},
+		{durable.ReviewQuery{AfterID: two31 + 1, Limit: 2}, all[1:3]},
+		{durable.ReviewQuery{AfterID: 2}, all[4:]},
+		{durable.ReviewQuery{AfterID: 1}, []int64{}},
+	} {
+		if got := ids(c.q); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Reviews(%+v) ids %v, want %v", c.q, got, c.want)
+		}
+	}
+
+	if _, err := b.store.ResolveReview(ctx, two31, "fixed the merchant id", "ops@example"); err != nil {
+		t.Fatalf("ResolveReview(2^31): %v", err)
+	}
+	for _, c := range []struct {
+		q    durable.ReviewQuery
+		want []int64
+	}{
+		{durable.ReviewQuery{State: durable.ReviewOpen, AfterID: 1 << 40}, []int64{two31 + 1, two31 - 1, 2, 1}},
+		{durable.ReviewQuery{State: durable.ReviewResolved, AfterID: two31 + 1}, []int64{two31}},
+		{durable.ReviewQuery{State: durable.ReviewResolved, AfterID: two31}, []int64{}},
+		{durable.ReviewQuery{State: durable.ReviewAll, AfterID: two31 + 1}, all[1:]},
+	} {
+		if got := ids(c.q); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Reviews(%+v) ids %v, want %v", c.q, got, c.want)
+		}
+	}
+	if _, err := b.store.Reviews(ctx, durable.ReviewQuery{State: "closed"}); !errors.Is(err, durable.ErrInvalid) {
+		t.Errorf("state closed: %v, want ErrInvalid", err)
+	}
+}
+
+// Scrapes and review calls run on the operator pool: with every callback
+// connection busy they still answer, and they take none from callbacks.
+func TestOpsPoolSeparate(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	n := note("T-ops", durable.PaySuccess, "O-ops", 100, "CNY")
+	if err := b.store.RecordReview(ctx, n, durable.ReviewMerchantMismatch); err != nil {
+		t.Fatal(err)
+	}
+	b.addOutbox(t, 3, `now()`)
+
+	release, err := durable.HoldCallbackPool(ctx, b.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	// The control: a callback finds no connection now.
+	pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = b.store.Process(pctx, n)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Process with the callback pool held: %v, want DeadlineExceeded", err)
+	}
+
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if open, err := b.store.OpenReviews(octx); err != nil || open[durable.ReviewMerchantMismatch] != 1 {
+		t.Errorf("OpenReviews: %v %v, want 1 MERCHANT_MISMATCH", open, err)
+	}
+	if got, err := b.store.OutboxBacklog(octx); err != nil || got.Pending != 3 || !got.Exact {
+		t.Errorf("OutboxBacklog: %+v %v, want 3 exact", got, err)
+	}
+	rows, err := b.store.Reviews(octx, durable.ReviewQuery{})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("Reviews: %v %v, want 1 row", rows, err)
+	}
+	if _, err := b.store.ResolveReview(octx, rows[0].ID, "fixed", "ops@example"); err != nil {
+		t.Errorf("ResolveReview: %v", err)
+	}
+	if st := durable.OpsPoolStat(b.store); st.MaxConns() != 2 || st.TotalConns() > 2 {
+		t.Errorf("operator pool: max %d, open %d; want at most the default 2", st.MaxConns(), st.TotalConns())
+	}
+
+	// The two pools are told apart on the server.
+	var apps []string
+	rs, err := b.db.Query(ctx, `SELECT DISTINCT application_name FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'notifyedge%' ORDER BY 1`)
+	if err == nil {
+		for rs.Next() {
+			var a string
+			if err = rs.Scan(&a); err != nil {
+				break
+			}
+			apps = append(apps, a)
+		}
+		rs.Close()
+		err = rs.Err()
+	}
+	if err != nil || fmt.Sprint(apps) != "[notifyedge notifyedge-ops]" {
+		t.Errorf("application names %v (%v), want [notifyedge notifyedge-ops]", apps, err)
+	}
+}
+
+// The operator pool has timeouts of its own: a review resolution that
+// waits on a lock longer than the callback budget still succeeds, and the
+// operator lock_timeout, not the callback one, ends a longer wait.
+func TestOpsPoolTimeouts(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	s := newStore(t, b.url, durable.Config{
+		StatementTimeout: 100 * time.Millisecond,
+		OpsLockTimeout:   700 * time.Millisecond,
+	})
+	for _, c := range []struct {
+		ops        bool
+		name, want string
+	}{
+		{false, "statement_timeout", "100ms"},
+		{false, "lock_timeout", "100ms"},
+		{true, "statement_timeout", "5s"},
+		{true, "lock_timeout", "700ms"},
+		{false, "plan_cache_mode", "force_generic_plan"},
+		{true, "plan_cache_mode", "auto"},
+	} {
+		if got, err := durable.ShowSetting(ctx, s, c.ops, c.name); err != nil || got != c.want {
+			t.Errorf("ops %v: %s = %q (%v), want %q", c.ops, c.name, got, err, c.want)
+		}
+	}
+
+	for i := range 2 {
+		n := note(fmt.Sprintf("T-lock%d", i), durable.PaySuccess, "O-lock", 100, "CNY")
+		if err := s.RecordReview(ctx, n, durable.ReviewMerchantMismatch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lockReview := func(id int64) (release func()) {
+		t.Helper()
+		tx, err := b.db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM notify_review WHERE id = $1 FOR UPDATE`, id); err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = tx.Rollback(ctx) }
+	}
+
+	release := lockReview(1)
+	time.AfterFunc(300*time.Millisecond, release)
+	start := time.Now()
+	if _, err := s.ResolveReview(ctx, 1, "fixed", "ops@example"); err != nil {
+		t.Errorf("ResolveReview behind a 300ms lock: %v", err)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Errorf("ResolveReview took %v: the lock was not in its way", took)
+	}
+
+	release = lockReview(2)
+	defer release()
+	start = time.Now()
+	_, err := s.ResolveReview(ctx, 2, "fixed", "ops@example")
+	if !errors.Is(err, durable.ErrTimeout) {
+		t.Errorf("ResolveReview behind a held lock: %v, want ErrTimeout", err)
+	}
+	if took := time.Since(start); took < 600*time.Millisecond {
+		t.Errorf("ResolveReview gave up after %v, want the operator lock_timeout (700ms)", took)
+	}
+}

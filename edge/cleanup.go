@@ -1,0 +1,96 @@
+package edge
+
+import (
+	"context"
+	"sync"
+
+	"github.com/notifyedge/notifyedge/claimcache"
+)
+
+// cacheCleanup runs the cache's Complete and Abort after the answer, never
+// before it: they are bookkeeping for later duplicates, and a Redis that
+// hangs at the wrong moment must not hold an answer past its budget. Each
+// call is bounded by the cache client's own call timeout. When the queue is
+// full a job is dropped: a lost Abort leaves a pending entry that its short
+// TTL removes, a lost Complete sends the next duplicate to Postgres, which
+// answers it and fills the cache again. Both are correct, only slower.
+type cacheCleanup struct {
+	cache Cache
+	jobs  chan *cleanupJob
+	free  sync.Pool
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// cleanupJob is one Complete (response set) or Abort, with its own copies
+// of the request-scoped bytes.
+type cleanupJob struct {
+	key      []byte
+	digest   claimcache.Digest
+	token    claimcache.Token
+	response []byte
+	complete bool
+}
+
+// cleanupWorkers run the calls; cleanupQueue bounds what waits for them.
+const (
+	cleanupWorkers = 4
+	cleanupQueue   = 4096
+)
+
+func newCacheCleanup(c Cache) *cacheCleanup {
+	cc := &cacheCleanup{cache: c, jobs: make(chan *cleanupJob, cleanupQueue)}
+	cc.free.New = func() any { return new(cleanupJob) }
+	for range cleanupWorkers {
+		cc.wg.Add(1)
+		go cc.run()
+	}
+	return cc
+}
+
+func (cc *cacheCleanup) run() {
+	defer cc.wg.Done()
+	for j := range cc.jobs {
+		if j.complete {
+			_ = cc.cache.Complete(context.Background(), j.key, j.digest, j.response)
+		} else {
+			_ = cc.cache.Abort(context.Background(), j.key, j.digest, j.token)
+		}
+		cc.free.Put(j)
+	}
+}
+
+// complete queues a Complete of key with response (both copied).
+func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte) {
+	j := cc.free.Get().(*cleanupJob)
+	j.key, j.digest, j.complete = append(j.key[:0], key...), d, true
+	j.response = append(j.response[:0], response...)
+	cc.enqueue(j)
+}
+
+// abort queues an Abort of the pending claim key/token (key copied).
+func (cc *cacheCleanup) abort(key []byte, d claimcache.Digest, t claimcache.Token) {
+	j := cc.free.Get().(*cleanupJob)
+	j.key, j.digest, j.token, j.complete = append(j.key[:0], key...), d, t, false
+	cc.enqueue(j)
+}
+
+func (cc *cacheCleanup) enqueue(j *cleanupJob) {
+	select {
+	case cc.jobs <- j:
+	default:
+		cc.free.Put(j) // full: see the type's comment
+	}
+}
+
+// close stops taking jobs and waits for the queued ones until ctx ends.
+// Nothing may enqueue after it.
+func (cc *cacheCleanup) close(ctx context.Context) {
+	cc.once.Do(func() { close(cc.jobs) })
+	done := make(chan struct{})
+	go func() { cc.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
