@@ -1,20 +1,91 @@
 // Package durable is the authority of notifyedge: the only production package
 // that speaks SQL. It owns the schema and its migrations, the one transaction
-// that decides a callback delivery (idempotency claim, state machine, outbox
-// row and stored result), the internal transitions, and the review queue.
+// that decides a callback delivery (idempotency claim, state machine, the
+// trade's refunds, outbox row and stored result), the internal transitions,
+// and the review queue.
 //
 // Guarantees:
 //   - Process decides a delivery in ONE transaction and one round trip (a
 //     server-side function): the claim insert, the conditional UPDATE of the
-//     order judged by rows affected, the outbox row and the stored result
-//     commit together or not at all. A rollback leaves nothing; a retry then
-//     succeeds.
+//     order judged by rows affected, the refund's trade_refund row, the
+//     outbox row and the stored result commit together or not at all. A
+//     rollback leaves nothing; a retry then succeeds.
 //   - A result is returned only after its transaction committed; a
 //     returned error means nothing of this call may be assumed committed
 //     or not: the caller answers 503 and the channel's retry gets the right
 //     answer.
 //   - The unique index on notify_claim.biz_key, not any cache, decides
 //     concurrent duplicates.
+//   - Money moves only against the trade it belongs to: the order records
+//     the trade that paid it (paid_by) and how much of it was refunded
+//     (refunded_amount); a refund is applied only by inserting its
+//     trade_refund row, which retention never deletes, so a refund
+//     delivered again after its claim is gone is skipped, never applied
+//     twice, and refunded_amount is always the sum of the payer's rows,
+//     at most the amount. The refund's UPDATE guards refunded_amount as
+//     read, so refunds racing on several nodes are decided one after the
+//     other and exactly one of them completes the order.
+//
+// # The state machine
+//
+// Rows are an event and whose trade it names (any: whatever trade; paying:
+// the order's paid_by; other: another trade; "adopts": a paid order whose
+// paid_by is NULL takes this trade as its payer, so the paying column
+// applies); columns are the order's state. "->X" moves the order to X with
+// the topic under it; "=" skips, the state unchanged (with the review row
+// named, if any). The table in state.go is the source; the SQL functions
+// take it as arrays.
+//
+//	                         PENDING_PAY   PAID            SHIPPED         CLOSED          REFUNDED
+//	PAY_SUCCESS    any       ->PAID                                        = PAID_AFTER_
+//	                         ORDER_PAID                                      CLOSE
+//	               paying                  =               =                               =
+//	               other/NULL              = DUPLICATE_    = DUPLICATE_                    = DUPLICATE_
+//	                                         PAYMENT         PAYMENT                         PAYMENT
+//	PAY_CLOSED     any       ->CLOSED      =               =               =               =
+//	                         ORDER_CLOSED
+//	REFUND_SUCCESS any       premature                                     record
+//	(adopts)       paying                  refund          refund                          itemise
+//	               other                   record          record                          record
+//	REFUND_FAILED  any       = REFUND_     = REFUND_       = REFUND_       = REFUND_       = REFUND_
+//	                           FAILED        FAILED          FAILED          FAILED          FAILED
+//	TRADE_CLOSED   any       ->CLOSED                                      =
+//	(adopts)                 ORDER_CLOSED
+//	               paying                  settle          settle                          =
+//	               other                   =               =                               =
+//	SHIP (internal)          =             ->SHIPPED       =               =               =
+//	                                       ORDER_SHIPPED
+//	CLOSE (internal)         ->CLOSED      =               =               =               =
+//	                         ORDER_CLOSED
+//
+// The refund cells, in the decision order after the trade (a refund
+// already in trade_refund, same trade and refund id, is "=" in every cell,
+// with no review):
+//
+//	refund   the refunded total (refunded_amount + RefundAmount, or, when
+//	         Cumulative, RefundAmount itself) above the amount:
+//	         refund_exceeds, review REFUND_EXCEEDS, no claim; a cumulative
+//	         total that raises nothing: =; otherwise recorded and applied:
+//	         below the amount the state stays, ORDER_PARTIALLY_REFUNDED;
+//	         at the amount ->REFUNDED, ORDER_REFUNDED.
+//	settle   the channel closed the paying trade, refunded in full:
+//	         ->REFUNDED, refunded_amount = amount (never refund_exceeds),
+//	         the rest recorded as one refund without an id; ORDER_REFUNDED.
+//	itemise  the order is refunded in full already (e.g. TRADE_CLOSED before
+//	         the refund's own notification): =, no review; the refund is
+//	         recorded by moving its amount out of the part refunded without
+//	         an id, where it fits (a refund above the amount: refund_exceeds).
+//	record   another trade's refund (of a duplicate payment, or of one after
+//	         close; on CLOSED every trade is another): =, order untouched;
+//	         the refund recorded (a cumulative total by what it adds); that
+//	         trade's open DUPLICATE_PAYMENT or PAID_AFTER_CLOSE row is
+//	         resolved by notifyedge once its recorded refunds reach the
+//	         amount; a trade with no such open row opens REFUND_OTHER_TRADE.
+//
+// Before any of this: an existing claim (replay, or conflict with review
+// PAYLOAD_CONFLICT), then the order (unknown_order, amount_mismatch, each
+// with its review row and no claim). An applied delivery resolves the open
+// UNKNOWN_ORDER and AMOUNT_MISMATCH rows of its key.
 //
 // durable never caches biz_order rows (other systems change them), never
 // logs (it returns errors), and never imports the edge, the cache or cmd.

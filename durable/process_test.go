@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,14 +16,22 @@ import (
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
 
-// Point 1: every row of the events/states table, legal and illegal. The
-// expectations are written out here, not derived from durable's table.
+// Point 1: every event in every state, for every trade the event may name:
+// the order's payer ("paying"), another trade while the order has a payer
+// ("other"), or any trade while it has none ("none": unpaid, or paid before
+// the payer was recorded). The expectations are written out here, not
+// derived from durable's table.
 func TestProcessEveryEventInEveryState(t *testing.T) {
+	const amount = 1999
+	// In want, trades are named: P is the seeded payer, N the event's trade
+	// when it is another one; refund ids are R (the event's) or "" (none).
 	type want struct {
 		outcome durable.Outcome
-		status  durable.State // after
-		topic   string        // outbox topic, "" for none
-		review  durable.ReviewReason
+		status  durable.State        // after
+		topic   string               // outbox topic, "" for none
+		review  durable.ReviewReason // the review row opened, "" for none
+		payer   string               // paid_by after: "P", "N" or "" (NULL)
+		refunds []refund             // trade_refund rows after, by trade then refund id
 	}
 	const (
 		P = durable.PendingPay
@@ -31,113 +40,204 @@ func TestProcessEveryEventInEveryState(t *testing.T) {
 		C = durable.Closed
 		R = durable.Refunded
 	)
-	applied := func(to durable.State, topic string) want { return want{durable.Applied, to, topic, ""} }
-	skipped := func(s durable.State, review durable.ReviewReason) want { return want{durable.Skipped, s, "", review} }
-	table := map[durable.Event]map[durable.State]want{
-		durable.PaySuccess: {
-			P: applied(A, "ORDER_PAID"),
-			A: skipped(A, durable.ReviewDuplicatePayment),
-			S: skipped(S, durable.ReviewDuplicatePayment),
-			C: skipped(C, durable.ReviewPaidAfterClose),
-			R: skipped(R, durable.ReviewDuplicatePayment),
-		},
-		durable.PayClosed: {
-			P: applied(C, "ORDER_CLOSED"), A: skipped(A, ""), S: skipped(S, ""), C: skipped(C, ""), R: skipped(R, ""),
-		},
-		durable.RefundSuccess: {
-			P: {durable.Premature, P, "", ""},
-			A: applied(R, "ORDER_REFUNDED"),
-			S: applied(R, "ORDER_REFUNDED"),
-			C: skipped(C, ""),
-			R: skipped(R, ""),
-		},
-		durable.TradeClosed: {
-			P: applied(C, "ORDER_CLOSED"),
-			A: applied(R, "ORDER_REFUNDED"),
-			S: applied(R, "ORDER_REFUNDED"),
-			C: skipped(C, ""),
-			R: skipped(R, ""),
-		},
+	applied := func(to durable.State, topic, payer string, refunds ...refund) want {
+		return want{durable.Applied, to, topic, "", payer, refunds}
+	}
+	skipped := func(st durable.State, review durable.ReviewReason, payer string, refunds ...refund) want {
+		return want{durable.Skipped, st, "", review, payer, refunds}
+	}
+	full := func(trade, refundID string) refund { return refund{trade, refundID, amount} }
+	// What a REFUNDED order with a payer holds: refunded in full by a
+	// refund without an id (TRADE_CLOSED's, or the upgrade's).
+	aggregate := full("P", "")
+	type row struct {
+		e    durable.Event
+		from durable.State
+		rel  string // paying, other, none
+		w    want
+	}
+	table := []row{
+		{durable.PaySuccess, P, "none", applied(A, "ORDER_PAID", "N")},
+		{durable.PaySuccess, A, "paying", skipped(A, "", "P")}, // a late duplicate whose claim is gone
+		{durable.PaySuccess, A, "other", skipped(A, durable.ReviewDuplicatePayment, "P")},
+		{durable.PaySuccess, A, "none", skipped(A, durable.ReviewDuplicatePayment, "")}, // payments never adopt
+		{durable.PaySuccess, S, "paying", skipped(S, "", "P")},
+		{durable.PaySuccess, S, "other", skipped(S, durable.ReviewDuplicatePayment, "P")},
+		{durable.PaySuccess, S, "none", skipped(S, durable.ReviewDuplicatePayment, "")},
+		{durable.PaySuccess, C, "none", skipped(C, durable.ReviewPaidAfterClose, "")},
+		{durable.PaySuccess, R, "paying", skipped(R, "", "P", aggregate)},
+		{durable.PaySuccess, R, "other", skipped(R, durable.ReviewDuplicatePayment, "P", aggregate)},
+		{durable.PaySuccess, R, "none", skipped(R, durable.ReviewDuplicatePayment, "")},
+
+		{durable.PayClosed, P, "none", applied(C, "ORDER_CLOSED", "")},
+		{durable.PayClosed, A, "paying", skipped(A, "", "P")}, // the incident's stale snapshot
+		{durable.PayClosed, A, "other", skipped(A, "", "P")},
+		{durable.PayClosed, A, "none", skipped(A, "", "")},
+		{durable.PayClosed, S, "paying", skipped(S, "", "P")},
+		{durable.PayClosed, S, "other", skipped(S, "", "P")},
+		{durable.PayClosed, S, "none", skipped(S, "", "")},
+		{durable.PayClosed, C, "none", skipped(C, "", "")},
+		{durable.PayClosed, R, "paying", skipped(R, "", "P", aggregate)},
+		{durable.PayClosed, R, "other", skipped(R, "", "P", aggregate)},
+		{durable.PayClosed, R, "none", skipped(R, "", "")},
+
+		{durable.RefundSuccess, P, "none", want{durable.Premature, P, "", "", "", nil}},
+		{durable.RefundSuccess, A, "paying", applied(R, "ORDER_REFUNDED", "P", full("P", "R"))},
+		{durable.RefundSuccess, A, "other", skipped(A, durable.ReviewRefundOtherTrade, "P", full("N", "R"))},
+		{durable.RefundSuccess, A, "none", applied(R, "ORDER_REFUNDED", "N", full("N", "R"))}, // adopts
+		{durable.RefundSuccess, S, "paying", applied(R, "ORDER_REFUNDED", "P", full("P", "R"))},
+		{durable.RefundSuccess, S, "other", skipped(S, durable.ReviewRefundOtherTrade, "P", full("N", "R"))},
+		{durable.RefundSuccess, S, "none", applied(R, "ORDER_REFUNDED", "N", full("N", "R"))},
+		{durable.RefundSuccess, C, "none", skipped(C, durable.ReviewRefundOtherTrade, "", full("N", "R"))},
+		// Refunded already: the refund takes its amount out of the refund
+		// without an id, so the payer's rows still sum to the amount.
+		{durable.RefundSuccess, R, "paying", skipped(R, "", "P", refund{"P", "", 0}, full("P", "R"))},
+		{durable.RefundSuccess, R, "other", skipped(R, durable.ReviewRefundOtherTrade, "P", full("N", "R"), aggregate)},
+		// Adopted: what was refunded becomes the new payer's refund without
+		// an id, then the refund itemises it.
+		{durable.RefundSuccess, R, "none", skipped(R, "", "N", refund{"N", "", 0}, full("N", "R"))},
+
+		{durable.RefundFailed, P, "none", skipped(P, durable.ReviewRefundFailed, "")},
+		{durable.RefundFailed, A, "paying", skipped(A, durable.ReviewRefundFailed, "P")},
+		{durable.RefundFailed, A, "other", skipped(A, durable.ReviewRefundFailed, "P")},
+		{durable.RefundFailed, A, "none", skipped(A, durable.ReviewRefundFailed, "")},
+		{durable.RefundFailed, S, "paying", skipped(S, durable.ReviewRefundFailed, "P")},
+		{durable.RefundFailed, S, "other", skipped(S, durable.ReviewRefundFailed, "P")},
+		{durable.RefundFailed, S, "none", skipped(S, durable.ReviewRefundFailed, "")},
+		{durable.RefundFailed, C, "none", skipped(C, durable.ReviewRefundFailed, "")},
+		{durable.RefundFailed, R, "paying", skipped(R, durable.ReviewRefundFailed, "P", aggregate)},
+		{durable.RefundFailed, R, "other", skipped(R, durable.ReviewRefundFailed, "P", aggregate)},
+		{durable.RefundFailed, R, "none", skipped(R, durable.ReviewRefundFailed, "")},
+
+		{durable.TradeClosed, P, "none", applied(C, "ORDER_CLOSED", "")},
+		{durable.TradeClosed, A, "paying", applied(R, "ORDER_REFUNDED", "P", full("P", ""))},
+		{durable.TradeClosed, A, "other", skipped(A, "", "P")}, // an abandoned attempt
+		{durable.TradeClosed, A, "none", applied(R, "ORDER_REFUNDED", "N", full("N", ""))},
+		{durable.TradeClosed, S, "paying", applied(R, "ORDER_REFUNDED", "P", full("P", ""))},
+		{durable.TradeClosed, S, "other", skipped(S, "", "P")},
+		{durable.TradeClosed, S, "none", applied(R, "ORDER_REFUNDED", "N", full("N", ""))},
+		{durable.TradeClosed, C, "none", skipped(C, "", "")},
+		{durable.TradeClosed, R, "paying", skipped(R, "", "P", aggregate)},
+		{durable.TradeClosed, R, "other", skipped(R, "", "P", aggregate)},
+		{durable.TradeClosed, R, "none", skipped(R, "", "N", full("N", ""))},
 	}
 	b := setup(t)
 	ctx := context.Background()
-	for e, row := range table {
-		for from, w := range row {
-			t.Run(fmt.Sprintf("%s on %s", e, from), func(t *testing.T) {
-				orderNo := fmt.Sprintf("O-%s-%s", e, from)
-				b.order(t, orderNo, from, 1999, "CNY")
-				n := note("T-"+orderNo, e, orderNo, 1999, "CNY")
-				got := process(t, b.store, n)
-				if got.Outcome != w.outcome || got.Status != w.status || got.Review != w.review || got.Replayed {
-					t.Fatalf("got %v/%s/review %q/replayed %v, want %v/%s/review %q",
-						got.Outcome, got.Status, got.Review, got.Replayed, w.outcome, w.status, w.review)
+	for _, c := range table {
+		t.Run(fmt.Sprintf("%s on %s, %s trade", c.e, c.from, c.rel), func(t *testing.T) {
+			w := c.w
+			orderNo := fmt.Sprintf("O-%s-%s-%s", c.e, c.from, c.rel)
+			names := map[string]string{"P": "test:P-" + orderNo, "N": "test:N-" + orderNo, "R": "R-" + orderNo, "": ""}
+			payer, txn := "", "N-"+orderNo
+			switch c.rel {
+			case "paying":
+				payer, txn = names["P"], "P-"+orderNo
+			case "other":
+				payer = names["P"]
+			}
+			var refunded int64
+			var seeded []refund
+			if c.from == R {
+				refunded = amount
+				if payer != "" {
+					seeded = []refund{{payer, "", amount}}
 				}
-				if st := b.status(t, orderNo); st != w.status {
-					t.Errorf("order status %s, want %s", st, w.status)
+			}
+			b.seed(t, orderNo, c.from, amount, payer, refunded, seeded...)
+			n := note(txn, c.e, orderNo, amount, "CNY")
+			if c.e == durable.RefundSuccess || c.e == durable.RefundFailed {
+				n = refundNote(txn, names["R"], orderNo, amount, amount, false)
+				n.Event = c.e
+				n.BizKey = fmt.Sprintf("test:%s:%s", names["R"], c.e)
+			}
+			got := process(t, b.store, n)
+			if got.Outcome != w.outcome || got.Status != w.status || got.Review != w.review || got.Replayed {
+				t.Fatalf("got %v/%s/review %q/replayed %v, want %v/%s/review %q",
+					got.Outcome, got.Status, got.Review, got.Replayed, w.outcome, w.status, w.review)
+			}
+			if st := b.status(t, orderNo); st != w.status {
+				t.Errorf("order status %s, want %s", st, w.status)
+			}
+			gotPayer, gotRefunded, gotRefunds := b.money(t, orderNo)
+			wantRefunded := refunded
+			if w.status == R {
+				wantRefunded = amount
+			}
+			var wantRefunds []refund
+			for _, r := range w.refunds {
+				wantRefunds = append(wantRefunds, refund{names[r.Trade], names[r.RefundID], r.Amount})
+			}
+			if gotPayer != names[w.payer] || gotRefunded != wantRefunded {
+				t.Errorf("paid_by %q refunded_amount %d, want %q and %d", gotPayer, gotRefunded, names[w.payer], wantRefunded)
+			}
+			if d := cmp.Diff(wantRefunds, gotRefunds); d != "" {
+				t.Errorf("trade_refund rows (-want +got):\n%s", d)
+			}
+			wantClaims := 0
+			if w.outcome.Done() {
+				wantClaims = 1
+				if g, w := string(got.Canonical), string(durable.CanonicalJSON(w.outcome, w.status)); g != w {
+					t.Errorf("canonical %s, want %s", g, w)
 				}
-				wantClaims := 0
-				if w.outcome.Done() {
-					wantClaims = 1
-					if g, w := string(got.Canonical), string(durable.CanonicalJSON(w.outcome, w.status)); g != w {
-						t.Errorf("canonical %s, want %s", g, w)
+				var stored string
+				if err := b.db.QueryRow(ctx, `SELECT result_json FROM notify_claim WHERE biz_key = $1 AND claim_state = 'DONE'`, n.BizKey).Scan(&stored); err != nil {
+					t.Fatalf("read claim: %v", err)
+				}
+				if stored != string(got.Canonical) {
+					t.Errorf("stored %s, answered %s", stored, got.Canonical)
+				}
+			}
+			if c := b.claims(t, n.BizKey); c != wantClaims {
+				t.Errorf("claims %d, want %d", c, wantClaims)
+			}
+			var wantTopics []string
+			if w.topic != "" {
+				wantTopics = []string{w.topic}
+			}
+			if d := cmp.Diff(wantTopics, b.topics(t, orderNo)); d != "" {
+				t.Errorf("outbox topics (-want +got):\n%s", d)
+			}
+			if w.topic != "" {
+				wantPayload := map[string]any{"order_no": orderNo, "event_type": string(c.e), "from": string(c.from), "to": string(w.status), "biz_key": n.BizKey}
+				if w.topic == "ORDER_REFUNDED" {
+					var refundID any // TRADE_CLOSED names no refund
+					if c.e == durable.RefundSuccess {
+						refundID = names["R"]
 					}
-					var stored string
-					if err := b.db.QueryRow(ctx, `SELECT result_json FROM notify_claim WHERE biz_key = $1 AND claim_state = 'DONE'`, n.BizKey).Scan(&stored); err != nil {
-						t.Fatalf("read claim: %v", err)
-					}
-					if stored != string(got.Canonical) {
-						t.Errorf("stored %s, answered %s", stored, got.Canonical)
-					}
+					wantPayload["trade"] = names[w.payer]
+					wantPayload["refund_id"] = refundID
+					wantPayload["refund_amount"] = float64(amount)
+					wantPayload["refunded_amount"] = float64(amount)
 				}
-				if c := b.claims(t, n.BizKey); c != wantClaims {
-					t.Errorf("claims %d, want %d", c, wantClaims)
+				if d := cmp.Diff([]map[string]any{wantPayload}, b.payloads(t, orderNo)); d != "" {
+					t.Errorf("outbox payload (-want +got):\n%s", d)
 				}
-				var topics []string
-				rows, _ := b.db.Query(ctx, `SELECT topic FROM outbox WHERE order_no = $1`, orderNo)
-				for rows.Next() {
-					var s string
-					_ = rows.Scan(&s)
-					topics = append(topics, s)
+			}
+			var wantReviews []string
+			if w.review != "" {
+				wantReviews = []string{string(w.review) + " open"}
+			}
+			if d := cmp.Diff(wantReviews, b.reviews(t, orderNo)); d != "" {
+				t.Errorf("review rows (-want +got):\n%s", d)
+			}
+			if w.outcome.Done() {
+				// The same delivery again replays the first result byte for byte.
+				again := process(t, b.store, n)
+				if !again.Replayed || string(again.Canonical) != string(got.Canonical) {
+					t.Errorf("second delivery: replayed %v canonical %s, want replay of %s", again.Replayed, again.Canonical, got.Canonical)
 				}
-				if rows.Err() != nil {
-					t.Fatal(rows.Err())
+				if c := b.outbox(t, orderNo); c != len(wantTopics) {
+					t.Errorf("outbox rows after replay %d, want %d", c, len(wantTopics))
 				}
-				var wantTopics []string
-				if w.topic != "" {
-					wantTopics = []string{w.topic}
+			}
+			// An order refunded before its payer was known, and still without
+			// one, is the upgrade's leftover the invariants exist to show.
+			if !(c.from == R && gotPayer == "") {
+				if err := durabletest.Invariants(ctx, b.db, orderNo, nil); err != nil {
+					t.Error(err)
 				}
-				if d := cmp.Diff(wantTopics, topics); d != "" {
-					t.Errorf("outbox topics (-want +got):\n%s", d)
-				}
-				if w.topic != "" {
-					var payload map[string]any
-					if err := b.db.QueryRow(ctx, `SELECT payload FROM outbox WHERE order_no = $1`, orderNo).Scan(&payload); err != nil {
-						t.Fatal(err)
-					}
-					wantPayload := map[string]any{"order_no": orderNo, "event_type": string(e), "from": string(from), "to": string(w.status), "biz_key": n.BizKey}
-					if d := cmp.Diff(wantPayload, payload); d != "" {
-						t.Errorf("outbox payload (-want +got):\n%s", d)
-					}
-				}
-				wantReviews := 0
-				if w.review != "" {
-					wantReviews = 1
-				}
-				if r := b.count(t, `SELECT count(*) FROM notify_review WHERE order_no = $1`, orderNo); r != wantReviews {
-					t.Errorf("review rows %d, want %d", r, wantReviews)
-				}
-				if w.outcome.Done() {
-					// The same delivery again replays the first result byte for byte.
-					again := process(t, b.store, n)
-					if !again.Replayed || string(again.Canonical) != string(got.Canonical) {
-						t.Errorf("second delivery: replayed %v canonical %s, want replay of %s", again.Replayed, again.Canonical, got.Canonical)
-					}
-					if c := b.outbox(t, orderNo); c != len(wantTopics) {
-						t.Errorf("outbox rows after replay %d, want %d", c, len(wantTopics))
-					}
-				}
-			})
-		}
+			}
+		})
 	}
 }
 
@@ -157,11 +257,16 @@ func TestTransitionEveryState(t *testing.T) {
 		{durable.Ship, durable.Shipped, false, durable.Shipped, ""},
 		{durable.Ship, durable.Closed, false, durable.Closed, ""},
 		{durable.Ship, durable.Refunded, false, durable.Refunded, ""},
+		{durable.Close, durable.PendingPay, true, durable.Closed, "ORDER_CLOSED"},
+		{durable.Close, durable.Paid, false, durable.Paid, ""},
+		{durable.Close, durable.Shipped, false, durable.Shipped, ""},
+		{durable.Close, durable.Closed, false, durable.Closed, ""},
+		{durable.Close, durable.Refunded, false, durable.Refunded, ""},
 		{durable.PaySuccess, durable.PendingPay, true, durable.Paid, "ORDER_PAID"},
+		{durable.PaySuccess, durable.Paid, false, durable.Paid, ""},
 		{durable.PaySuccess, durable.Closed, false, durable.Closed, ""},
-		{durable.TradeClosed, durable.PendingPay, true, durable.Closed, "ORDER_CLOSED"},
-		{durable.TradeClosed, durable.Shipped, true, durable.Refunded, "ORDER_REFUNDED"},
-		{durable.RefundSuccess, durable.PendingPay, false, durable.PendingPay, ""},
+		{durable.PayClosed, durable.PendingPay, true, durable.Closed, "ORDER_CLOSED"},
+		{durable.PayClosed, durable.Paid, false, durable.Paid, ""},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s on %s", c.e, c.from), func(t *testing.T) {
@@ -199,6 +304,22 @@ func TestTransitionEveryState(t *testing.T) {
 	}
 	if _, err := b.store.Transition(ctx, "no-such-order", durable.Ship); !errors.Is(err, durable.ErrUnknownOrder) {
 		t.Errorf("unknown order: err %v, want ErrUnknownOrder", err)
+	}
+	// Money moves only against a trade, and an internal path names none.
+	b.order(t, "I-money", durable.Paid, 500, "USD")
+	for _, e := range []durable.Event{durable.RefundSuccess, durable.TradeClosed, "NO_SUCH_EVENT"} {
+		if _, err := b.store.Transition(ctx, "I-money", e); !errors.Is(err, durable.ErrInvalid) {
+			t.Errorf("%s: err %v, want ErrInvalid", e, err)
+		}
+	}
+	if st := b.status(t, "I-money"); st != durable.Paid {
+		t.Errorf("status %s after refused transitions, want PAID", st)
+	}
+	// A compensation job's payment leaves the payer unknown (NULL): the
+	// first refund or close names it.
+	var paidBy *string
+	if err := b.db.QueryRow(ctx, `SELECT paid_by FROM biz_order WHERE order_no = 'I-PAY_SUCCESS-PENDING_PAY'`).Scan(&paidBy); err != nil || paidBy != nil {
+		t.Errorf("paid_by after an internal payment: %v %v, want NULL", paidBy, err)
 	}
 }
 
@@ -443,6 +564,16 @@ func TestReviewCases(t *testing.T) {
 		if o := b.outbox(t, "O-m"); o != 1 {
 			t.Errorf("outbox %d, want 1", o)
 		}
+		// The row of the key applied closed itself; the other key's did not.
+		want := []string{"AMOUNT_MISMATCH resolved by notifyedge", "AMOUNT_MISMATCH open"}
+		if d := cmp.Diff(want, b.reviews(t, "O-m")); d != "" {
+			t.Errorf("reviews (-want +got):\n%s", d)
+		}
+		var resolution string
+		_ = b.db.QueryRow(ctx, `SELECT resolution FROM notify_review WHERE biz_key = $1`, n.BizKey).Scan(&resolution)
+		if !strings.Contains(resolution, "amount") || !strings.Contains(resolution, "applied") {
+			t.Errorf("resolution %q does not say why", resolution)
+		}
 	})
 
 	t.Run("unknown order", func(t *testing.T) {
@@ -462,15 +593,21 @@ func TestReviewCases(t *testing.T) {
 		if r := process(t, b.store, n); r.Outcome != durable.Applied {
 			t.Errorf("retry once the order exists: %+v, want applied", r)
 		}
+		if d := cmp.Diff([]string{"UNKNOWN_ORDER resolved by notifyedge"}, b.reviews(t, "O-u")); d != "" {
+			t.Errorf("reviews (-want +got):\n%s", d)
+		}
 	})
 
 	counts, err := b.store.OpenReviews(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The AMOUNT_MISMATCH row of T-m and the UNKNOWN_ORDER row of T-u closed
+	// themselves when their keys were applied; T-m2's stays open.
 	want := map[durable.ReviewReason]int64{
-		durable.ReviewPayloadConflict: 1, durable.ReviewAmountMismatch: 2, durable.ReviewUnknownOrder: 1,
+		durable.ReviewPayloadConflict: 1, durable.ReviewAmountMismatch: 1, durable.ReviewUnknownOrder: 0,
 		durable.ReviewMerchantMismatch: 0, durable.ReviewPaidAfterClose: 0, durable.ReviewDuplicatePayment: 0,
+		durable.ReviewRefundExceeds: 0, durable.ReviewRefundOtherTrade: 0, durable.ReviewRefundFailed: 0,
 	}
 	if d := cmp.Diff(want, counts); d != "" {
 		t.Errorf("OpenReviews (-want +got):\n%s", d)
@@ -584,8 +721,12 @@ func TestMigrateConcurrently(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('notify_claim','biz_order','outbox','notify_review')`); n != 4 {
 		t.Errorf("%d contract tables, want 4", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM pg_proc WHERE proname = 'notifyedge_process'`); n != 1 {
-		t.Errorf("%d notifyedge_process functions, want 1", n)
+	// 0004's, and 0002's kept for the previous build during a rolling deploy.
+	if n := b.count(t, `SELECT count(*) FROM pg_proc WHERE proname = 'notifyedge_process'`); n != 2 {
+		t.Errorf("%d notifyedge_process functions, want 2", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'trade_refund'`); n != 1 {
+		t.Errorf("%d trade_refund tables, want 1", n)
 	}
 	// Migrating a current schema again is a no-op.
 	if err := durable.Migrate(context.Background(), name); err != nil {

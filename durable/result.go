@@ -28,6 +28,10 @@ const (
 	AmountMismatch
 	// UnknownOrder: no such order; a review row is open, no claim.
 	UnknownOrder
+	// RefundExceeds: a refund of the paying trade would take the order's
+	// refunded amount above its amount; a review row is open and no claim
+	// exists, so a retry succeeds once an operator fixes the cause.
+	RefundExceeds
 )
 
 var outcomeNames = [...]string{
@@ -37,7 +41,16 @@ var outcomeNames = [...]string{
 	Conflict:       "conflict",
 	AmountMismatch: "amount_mismatch",
 	UnknownOrder:   "unknown_order",
+	RefundExceeds:  "refund_exceeds",
 }
+
+// Outcomes lists every outcome.
+var Outcomes = []Outcome{Applied, Skipped, Premature, Conflict, AmountMismatch, UnknownOrder, RefundExceeds}
+
+// replayedOutcome is what notifyedge_process answers for a committed claim
+// of the same digest: not an Outcome of its own (a replay carries the first
+// delivery's), so Process reads the stored result instead.
+const replayedOutcome = "replayed"
 
 // String returns the contract's name of the outcome ("applied", ...).
 func (o Outcome) String() string {
@@ -68,8 +81,9 @@ type Result struct {
 	// Replayed is true when the result is the stored one of an earlier
 	// delivery of the same key and digest.
 	Replayed bool
-	// Status is the order's state: the new one when Applied, the current
-	// one when Skipped or Premature, "" when there is no order.
+	// Status is the order's state: the new one when Applied (unchanged by
+	// a partial refund), the current one when Skipped, Premature or
+	// RefundExceeds, "" when there is no order.
 	Status State
 	// Review is the reason of the review row this delivery opened or
 	// found open ("" for none).

@@ -19,6 +19,7 @@ const (
 	DuplicateMessage
 )
 
+// String returns the result's name: shipped, not_shipped or duplicate.
 func (r ShipResult) String() string {
 	switch r {
 	case ShipApplied:
@@ -31,7 +32,7 @@ func (r ShipResult) String() string {
 	return fmt.Sprintf("ShipResult(%d)", uint8(r))
 }
 
-const sqlShip = `SELECT o_result, o_status FROM notifyedge_ship($1, $2, $3, $4, $5, $6)`
+const sqlShip = `SELECT o_result, o_status FROM notifyedge_ship($1, $2, $3, $4, $5, $6, $7)`
 
 // Ship is the shipping consumer's effect, in one transaction: it records
 // that consumer handled outboxID (outboxID 0: an internal path, no inbox),
@@ -45,7 +46,7 @@ func (s *Store) Ship(ctx context.Context, consumer string, outboxID int64, order
 		id = &outboxID
 	}
 	var result, status *string
-	err := s.pool.QueryRow(ctx, sqlShip, consumer, id, orderNo, r.states, r.to, r.topics).Scan(&result, &status)
+	err := s.pool.QueryRow(ctx, sqlShip, consumer, id, orderNo, r.from, r.act, r.to, r.topic).Scan(&result, &status)
 	if err != nil {
 		return 0, "", wrap(ctx, fmt.Sprintf("ship %s", orderNo), err)
 	}

@@ -20,6 +20,7 @@ const (
 	OutcomePremature
 	OutcomeConflict
 	OutcomeAmountMismatch
+	OutcomeRefundExceeds
 	OutcomeMerchantMismatch
 	OutcomeUnknownOrder
 	OutcomeUnknownChannel
@@ -54,6 +55,7 @@ var answers = [numOutcomes]answer{
 	OutcomePremature:        {label: "premature", http: http.StatusConflict, body: "premature", durable: durable.Premature, message: "the event arrived before the payment it depends on; retry later"},
 	OutcomeConflict:         {label: "conflict", http: http.StatusUnprocessableEntity, body: "conflict", durable: durable.Conflict, message: "same key, different content: held for review"},
 	OutcomeAmountMismatch:   {label: "amount_mismatch", http: http.StatusUnprocessableEntity, body: "amount_mismatch", durable: durable.AmountMismatch, message: "amount or currency differs from the order: held for review"},
+	OutcomeRefundExceeds:    {label: "refund_exceeds", http: http.StatusUnprocessableEntity, body: "refund_exceeds", durable: durable.RefundExceeds, message: "refund beyond what the trade paid: held for review"},
 	OutcomeMerchantMismatch: {label: "merchant_mismatch", http: http.StatusUnprocessableEntity, body: "merchant_mismatch"},
 	OutcomeUnknownOrder:     {label: "unknown_order", http: http.StatusNotFound, body: "unknown_order", durable: durable.UnknownOrder, message: "unknown order: held for review"},
 	OutcomeUnknownChannel:   {label: "unknown_channel", http: http.StatusNotFound, message: "unknown channel"},

@@ -100,7 +100,7 @@ func TestAnswersTable(t *testing.T) {
 		{
 			name:    "SHIP is never a channel event",
 			payload: body("T-7", "SHIP", "O-1", 1999),
-			status:  400, body: `{"code":"FAIL","message":"event_type: must be one of PAY_SUCCESS, PAY_CLOSED, REFUND_SUCCESS, TRADE_CLOSED"}`,
+			status:  400, body: `{"code":"FAIL","message":"event_type: must be one of PAY_SUCCESS, PAY_CLOSED, REFUND_SUCCESS, REFUND_FAILED, TRADE_CLOSED"}`,
 		},
 	}
 	for _, r := range rows {

@@ -191,17 +191,26 @@ func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 	}
 }
 
-// notification copies the delivery out of request-scoped bytes.
+// notification copies the delivery out of request-scoped bytes. The trade
+// is "{channel}:{channel_txn_id}": the payment a refund or a close acts on.
 func (s *Server) notification(x *exchange) durable.Notification {
 	event, _ := durable.ParseChannelEvent(x.d.Event)
+	raw := x.req.Body
+	if x.d.ReviewBody != nil {
+		raw = x.d.ReviewBody
+	}
 	return durable.Notification{
-		BizKey:   string(x.d.Key),
-		OrderNo:  string(x.d.OrderNo),
-		Event:    event,
-		Amount:   x.d.Amount,
-		Currency: string(x.d.Currency),
-		Digest:   string(x.d.Digest[:]),
-		RawBody:  x.req.Body,
+		BizKey:       string(x.d.Key),
+		OrderNo:      string(x.d.OrderNo),
+		Event:        event,
+		Amount:       x.d.Amount,
+		Currency:     string(x.d.Currency),
+		Digest:       string(x.d.Digest[:]),
+		RawBody:      raw,
+		Trade:        x.channel.Name() + ":" + string(x.d.TxnID),
+		RefundID:     string(x.d.RefundID),
+		RefundAmount: x.d.RefundAmount,
+		Cumulative:   x.d.Cumulative,
 	}
 }
 

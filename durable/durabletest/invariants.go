@@ -47,10 +47,22 @@ const maxExamples = 5
 //     own; claims keyed "@..." are internal API requests, whose rows carry a
 //     null biz_key, and are skipped);
 //   - every key in answeredSuccess (the biz_keys answered SUCCESS) has a
-//     claim in state DONE, whatever its order.
+//     claim in state DONE, whatever its order;
+//   - every order's refunded_amount is the sum of its paying trade's
+//     (paid_by's) trade_refund rows for it (0 when paid_by is NULL), so a
+//     refund counted in the amount is recorded and none is counted twice;
+//   - refunded_amount lies between 0 and the amount;
+//   - an order is REFUNDED exactly when refunded_amount equals its amount
+//     (TRADE_CLOSED of the payer sets both, recording the rest as one
+//     refund without an id, so this holds for it too).
 //
 // Retention deletes old claims and published outbox rows independently, so
-// these hold only where retention has not run.
+// the claim and outbox checks hold only where retention has not run; the
+// refund checks hold always (orders and trade_refund are never deleted), for
+// orders durable has decided since migration 0004. An order that other
+// systems moved themselves (REFUNDED written without refunded_amount, or a
+// refunded order whose payer is still unknown) breaks them: that is what
+// they exist to show.
 //
 // It returns nil, or one error (wrapping ErrInvariant) that lists every
 // violation with counts; a failed query is an error too (never a silent zero).
@@ -87,6 +99,34 @@ SELECT count(*), coalesce((array_agg(format('%s: %s rows', c.biz_key, coalesce(o
          WHERE order_no LIKE $1 ESCAPE '\') x
  WHERE x.biz_key IS NOT NULL
    AND NOT EXISTS (SELECT 1 FROM notify_claim c WHERE c.biz_key = x.biz_key AND ` + appliedClaim + `)`,
+			args: []any{like, maxExamples},
+		},
+		{
+			name: "refunded amount is not its paying trade's recorded refunds",
+			unit: "orders",
+			sql: `SELECT count(*), coalesce((array_agg(format('%s: refunded_amount %s, refunds of paid_by %s: %s',
+           o.order_no, o.refunded_amount, coalesce(o.paid_by, 'NULL'), coalesce(t.recorded, 0)) ORDER BY o.order_no))[1:$2], '{}')
+  FROM biz_order o
+  LEFT JOIN (SELECT trade, order_no, sum(amount) AS recorded FROM trade_refund
+              WHERE order_no LIKE $1 ESCAPE '\' GROUP BY trade, order_no) t
+         ON t.trade = o.paid_by AND t.order_no = o.order_no
+ WHERE o.order_no LIKE $1 ESCAPE '\' AND o.refunded_amount <> coalesce(t.recorded, 0)`,
+			args: []any{like, maxExamples},
+		},
+		{
+			name: "refunded amount outside 0 to the amount",
+			unit: "orders",
+			sql: `SELECT count(*), coalesce((array_agg(format('%s: refunded %s of %s', order_no, refunded_amount, amount) ORDER BY order_no))[1:$2], '{}')
+  FROM biz_order
+ WHERE order_no LIKE $1 ESCAPE '\' AND (refunded_amount < 0 OR refunded_amount > amount)`,
+			args: []any{like, maxExamples},
+		},
+		{
+			name: "REFUNDED and fully refunded disagree",
+			unit: "orders",
+			sql: `SELECT count(*), coalesce((array_agg(format('%s: %s, refunded %s of %s', order_no, status, refunded_amount, amount) ORDER BY order_no))[1:$2], '{}')
+  FROM biz_order
+ WHERE order_no LIKE $1 ESCAPE '\' AND (status = 'REFUNDED') <> (refunded_amount = amount)`,
 			args: []any{like, maxExamples},
 		},
 	}

@@ -43,9 +43,12 @@ const (
 	claimRows     = "applied claim without exactly one outbox row"
 	orphanRow     = "outbox row without an applied claim"
 	successNoDone = "SUCCESS answered without a DONE claim"
+	notRecorded   = "refunded amount is not its paying trade's recorded refunds"
+	outOfRange    = "refunded amount outside 0 to the amount"
+	refundedState = "REFUNDED and fully refunded disagree"
 )
 
-var violationNames = []string{dupTopic, claimRows, orphanRow, successNoDone}
+var violationNames = []string{dupTopic, claimRows, orphanRow, successNoDone, notRecorded, outOfRange, refundedState}
 
 const appliedJSON = `{"http":200,"code":"SUCCESS","outcome":"applied","status":"PAID"}`
 
@@ -61,16 +64,18 @@ func mustExec(t *testing.T, db execer, sql string, args ...any) {
 }
 
 // invariantsDB returns a database whose orders under prefix are in a clean
-// state, made by durable itself plus the rows of paths durable does not
-// have yet (partial refunds, an internal API request), and whose decoy
-// orders break every invariant but the answered-SUCCESS one. answered are
-// the keys durable answered SUCCESS for.
+// state, made by durable itself (payments, a second payment, shipping, a
+// close, a full refund, partial refunds, a partial refund then TRADE_CLOSED
+// of the payer, a refund of the second payment) plus the rows of a path
+// durable does not have yet (an internal API request), and whose decoy
+// orders break every claim and outbox invariant but the answered-SUCCESS
+// one. answered are the keys durable answered SUCCESS for.
 func invariantsDB(t *testing.T) (db *pgxpool.Pool, answered []string) {
 	t.Helper()
 	ctx := context.Background()
 	url := durabletest.NewDatabase(t)
 	var orders []durabletest.Order
-	for i, no := range []string{"paid", "shipped", "closed", "refunded", "partial", "api"} {
+	for i, no := range []string{"paid", "shipped", "closed", "refunded", "partial", "api", "tradeclosed"} {
 		orders = append(orders, durabletest.Order{No: prefix + no, Status: "PENDING_PAY", Amount: int64(100 * (i + 1)), Currency: "CNY"})
 	}
 	orders = append(orders,
@@ -84,45 +89,54 @@ func invariantsDB(t *testing.T) (db *pgxpool.Pool, answered []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	deliver := func(txn string, e durable.Event, orderNo string, amount int64, want durable.Outcome) {
+	// deliver sends e of trade "test:"+txn; a refund with refundID is keyed
+	// by it, one without refunds the whole amount.
+	deliver := func(txn string, e durable.Event, orderNo string, amount int64, refundID string, refundAmount int64, want durable.Outcome) {
 		t.Helper()
-		sum := sha256.Sum256([]byte(txn + string(e) + orderNo))
-		n := durable.Notification{BizKey: "test:" + txn + ":" + string(e), OrderNo: orderNo, Event: e,
-			Amount: amount, Currency: "CNY", Digest: hex.EncodeToString(sum[:]), RawBody: []byte("{}")}
+		key := txn
+		if refundID != "" {
+			key = refundID
+		}
+		if e == durable.RefundSuccess && refundAmount == 0 {
+			refundAmount = amount
+		}
+		sum := sha256.Sum256([]byte(txn + string(e) + orderNo + refundID))
+		n := durable.Notification{BizKey: "test:" + key + ":" + string(e), OrderNo: orderNo, Event: e,
+			Amount: amount, Currency: "CNY", Digest: hex.EncodeToString(sum[:]), RawBody: []byte("{}"),
+			Trade: "test:" + txn, RefundID: refundID, RefundAmount: refundAmount}
 		r, err := store.Process(ctx, n)
 		if err != nil || r.Outcome != want {
 			t.Fatalf("%s: %+v %v, want %v", n.BizKey, r, err, want)
 		}
 		answered = append(answered, n.BizKey)
 	}
-	deliver("P1", durable.PaySuccess, prefix+"paid", 100, durable.Applied)
-	deliver("P1", durable.PaySuccess, prefix+"paid", 100, durable.Applied) // a replay: answered twice
-	deliver("P2", durable.PaySuccess, prefix+"paid", 100, durable.Skipped) // a second payment: no outbox row
-	deliver("S1", durable.PaySuccess, prefix+"shipped", 200, durable.Applied)
+	deliver("P1", durable.PaySuccess, prefix+"paid", 100, "", 0, durable.Applied)
+	deliver("P1", durable.PaySuccess, prefix+"paid", 100, "", 0, durable.Applied)           // a replay: answered twice
+	deliver("P2", durable.PaySuccess, prefix+"paid", 100, "", 0, durable.Skipped)           // a second payment: no outbox row
+	deliver("P2", durable.RefundSuccess, prefix+"paid", 100, "P2-back", 0, durable.Skipped) // its refund: recorded, order untouched
+	deliver("S1", durable.PaySuccess, prefix+"shipped", 200, "", 0, durable.Applied)
 	if m, err := store.Transition(ctx, prefix+"shipped", durable.Ship); err != nil || !m.Applied {
 		t.Fatalf("ship: %+v %v", m, err) // an internal move: its outbox biz_key is null
 	}
-	deliver("C1", durable.PayClosed, prefix+"closed", 300, durable.Applied)
-	deliver("R1", durable.PaySuccess, prefix+"refunded", 400, durable.Applied)
-	deliver("R2", durable.RefundSuccess, prefix+"refunded", 400, durable.Applied)
-	deliver("PR0", durable.PaySuccess, prefix+"partial", 500, durable.Applied)
-	deliver("A0", durable.PaySuccess, prefix+"api", 600, durable.Applied)
-	deliver("D1", durable.PaySuccess, decoyPercent, 100, durable.Applied)
-	deliver("D2", durable.PaySuccess, decoyUnderscore, 100, durable.Applied)
+	deliver("C1", durable.PayClosed, prefix+"closed", 300, "", 0, durable.Applied)
+	deliver("R1", durable.PaySuccess, prefix+"refunded", 400, "", 0, durable.Applied)
+	deliver("R1", durable.RefundSuccess, prefix+"refunded", 400, "R2", 0, durable.Applied)
+	deliver("PR0", durable.PaySuccess, prefix+"partial", 500, "", 0, durable.Applied)
+	// Two partial refunds of one order: the same topic twice, legal for them.
+	deliver("PR0", durable.RefundSuccess, prefix+"partial", 500, "PR1", 200, durable.Applied)
+	deliver("PR0", durable.RefundSuccess, prefix+"partial", 500, "PR2", 100, durable.Applied)
+	deliver("A0", durable.PaySuccess, prefix+"api", 600, "", 0, durable.Applied)
+	deliver("TC0", durable.PaySuccess, prefix+"tradeclosed", 700, "", 0, durable.Applied)
+	deliver("TC0", durable.RefundSuccess, prefix+"tradeclosed", 700, "TC1", 300, durable.Applied)
+	deliver("TC0", durable.TradeClosed, prefix+"tradeclosed", 700, "", 0, durable.Applied)
+	deliver("D1", durable.PaySuccess, decoyPercent, 100, "", 0, durable.Applied)
+	deliver("D2", durable.PaySuccess, decoyUnderscore, 100, "", 0, durable.Applied)
 
 	db, err = pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	// Two partial refunds of one order: the same topic twice, legal for them.
-	for _, k := range []string{"test:PR1:REFUND_SUCCESS", "test:PR2:REFUND_SUCCESS"} {
-		mustExec(t, db, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
-VALUES ($1, $2, repeat('a', 64), 'DONE', $3)`, k, prefix+"partial", appliedJSON)
-		mustExec(t, db, `INSERT INTO outbox (topic, order_no, payload)
-VALUES ('ORDER_PARTIALLY_REFUNDED', $2::text, jsonb_build_object('order_no', $2::text, 'biz_key', $1::text))`, k, prefix+"partial")
-		answered = append(answered, k)
-	}
 	// An internal API request: a claim keyed "@...", an outbox row whose
 	// biz_key is null.
 	mustExec(t, db, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
@@ -196,7 +210,7 @@ func TestInvariants(t *testing.T) {
 	// Each violation alone, in a transaction rolled back afterwards.
 	for _, c := range []struct {
 		name     string
-		sql      []string // each run with the prefix as $1
+		sql      []string // each run with the prefix as $1, where it has one
 		answered []string // added to the keys answered SUCCESS
 		want     map[string]string
 	}{
@@ -236,6 +250,41 @@ VALUES ('test:pending:PAY_SUCCESS', $1 || 'paid', repeat('f', 64), 'PENDING')`},
 			want: map[string]string{successNoDone: "2 of "},
 		},
 		{
+			name: "a refunded amount no refund explains",
+			sql:  []string{`UPDATE biz_order SET refunded_amount = 30 WHERE order_no = $1 || 'paid'`},
+			want: map[string]string{notRecorded: `1 orders (` + prefix + `paid: refunded_amount 30, refunds of paid_by test:P1: 0)`},
+		},
+		{
+			name: "a refund recorded and not counted",
+			sql: []string{`INSERT INTO trade_refund (trade, refund_id, order_no, amount)
+VALUES ('test:PR0', 'PR3', $1 || 'partial', 50)`},
+			want: map[string]string{notRecorded: `1 orders (` + prefix + `partial: refunded_amount 300, refunds of paid_by test:PR0: 350)`},
+		},
+		{
+			name: "refunds counted against another trade than the payer",
+			sql:  []string{`UPDATE biz_order SET paid_by = 'test:P2' WHERE order_no = $1 || 'partial'`},
+			want: map[string]string{notRecorded: `1 orders (` + prefix + `partial: refunded_amount 300, refunds of paid_by test:P2: 0)`},
+		},
+		{
+			name: "refunded beyond the amount",
+			sql: []string{
+				`ALTER TABLE biz_order DROP CONSTRAINT biz_order_refunded_amount_check`, // the schema's own backstop
+				`UPDATE biz_order SET refunded_amount = 600 WHERE order_no = $1 || 'partial'`,
+				`INSERT INTO trade_refund (trade, refund_id, order_no, amount) VALUES ('test:PR0', 'PR3', $1 || 'partial', 300)`,
+			},
+			want: map[string]string{outOfRange: `1 orders (` + prefix + `partial: refunded 600 of 500)`},
+		},
+		{
+			name: "REFUNDED with part of the amount refunded",
+			sql:  []string{`UPDATE biz_order SET status = 'REFUNDED' WHERE order_no = $1 || 'partial'`},
+			want: map[string]string{refundedState: `1 orders (` + prefix + `partial: REFUNDED, refunded 300 of 500)`},
+		},
+		{
+			name: "fully refunded and not REFUNDED",
+			sql:  []string{`UPDATE biz_order SET status = 'SHIPPED' WHERE order_no = $1 || 'tradeclosed'`},
+			want: map[string]string{refundedState: `1 orders (` + prefix + `tradeclosed: SHIPPED, refunded 700 of 700)`},
+		},
+		{
 			name:     "every kind at once",
 			answered: []string{"test:never:PAY_SUCCESS"},
 			sql: []string{
@@ -254,7 +303,11 @@ VALUES ('test:lost:PAY_SUCCESS', $1 || 'paid', repeat('e', 64), 'DONE', '` + app
 			}
 			defer tx.Rollback(ctx)
 			for _, sql := range c.sql {
-				mustExec(t, tx, sql, prefix)
+				if strings.Contains(sql, "$1") {
+					mustExec(t, tx, sql, prefix)
+				} else {
+					mustExec(t, tx, sql) // DDL takes no parameters
+				}
 			}
 			err = durabletest.Invariants(ctx, tx, prefix, slices.Concat(answered, c.answered))
 			wantViolations(t, err, c.want)

@@ -80,7 +80,16 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 func note(txn string, e durable.Event, orderNo string) durable.Notification {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\n%s\n%s\n%d\n%s", txn, e, orderNo, 1999, "CNY"))
 	return durable.Notification{BizKey: "acme:" + txn + ":" + string(e), OrderNo: orderNo, Event: e,
-		Amount: 1999, Currency: "CNY", Digest: hex.EncodeToString(sum[:]), RawBody: []byte("{}")}
+		Amount: 1999, Currency: "CNY", Digest: hex.EncodeToString(sum[:]), RawBody: []byte("{}"),
+		Trade: "acme:" + txn}
+}
+
+// fullRefund is the full refund of the trade payTxn paid, keyed by its
+// refund id.
+func fullRefund(payTxn, refundID, orderNo string) durable.Notification {
+	n := note(refundID, durable.RefundSuccess, orderNo)
+	n.Trade, n.RefundID, n.RefundAmount = "acme:"+payTxn, refundID, n.Amount
+	return n
 }
 
 // paidAndRefunded seeds n orders and, for each, a payment then a refund:
@@ -100,7 +109,7 @@ func (b *bundle) paidAndRefunded(t *testing.T, prefix string, n int, refund bool
 			t.Fatalf("pay %s: %+v %v", o.No, r, err)
 		}
 		if refund {
-			if r, err := b.store.Process(ctx, note("R"+o.No, durable.RefundSuccess, o.No)); err != nil || r.Outcome != durable.Applied {
+			if r, err := b.store.Process(ctx, fullRefund("P"+o.No, "R"+o.No, o.No)); err != nil || r.Outcome != durable.Applied {
 				t.Fatalf("refund %s: %+v %v", o.No, r, err)
 			}
 		}

@@ -82,13 +82,32 @@ func (a *Alipay) Parse(req *Request, d *Delivery) *Reject {
 	if cs := strings.ToLower(get("charset")); cs != "" && cs != "utf-8" {
 		return badRequest("charset: only utf-8 is supported")
 	}
-	switch get("trade_status") {
-	case "TRADE_SUCCESS", "TRADE_FINISHED":
+	// A notification that carries out_biz_no and refund_fee is a refund of
+	// trade_no keyed by out_biz_no, whatever its trade_status (a partial
+	// refund leaves it TRADE_SUCCESS): never a replay of the payment.
+	// refund_fee is the trade's refunded total so far, so durable raises
+	// the order's refunded amount to it (refunds out of order or twice
+	// never refund twice).
+	bizNo, refundFee := get("out_biz_no"), get("refund_fee")
+	switch status := get("trade_status"); {
+	case bizNo != "" || refundFee != "":
+		if bizNo == "" || refundFee == "" {
+			return badRequest("out_biz_no and refund_fee: a refund carries both")
+		}
+		fee, ok := ParseYuan(refundFee)
+		if !ok {
+			return badRequest("refund_fee: must be yuan with at most two decimals, e.g. 19.99")
+		}
+		d.Event, d.RefundID, d.RefundAmount, d.Cumulative = eventRefundSuccess, d.keep(bizNo), fee, true
+		if !printableASCII(d.RefundID, 64) {
+			return badRequest("out_biz_no: must be 1 to 64 printable ASCII characters")
+		}
+	case status == "TRADE_SUCCESS" || status == "TRADE_FINISHED":
 		d.Event = eventPaySuccess
-	case "TRADE_CLOSED": // an unpaid order closed, or a paid one fully refunded
+	case status == "TRADE_CLOSED": // an unpaid trade closed, or a paid one fully refunded
 		d.Event = eventTradeClosed
 	default:
-		return badRequest("trade_status %q is not an event notifyedge acts on", get("trade_status"))
+		return badRequest("trade_status %q is not an event notifyedge acts on", status)
 	}
 	d.TxnID, d.OrderNo, d.Currency = d.keep(get("trade_no")), d.keep(get("out_trade_no")), d.keep("CNY")
 	if !printableASCII(d.TxnID, 64) || !printableASCII(d.OrderNo, 64) {
@@ -97,6 +116,9 @@ func (a *Alipay) Parse(req *Request, d *Delivery) *Reject {
 	amount, ok := ParseYuan(get("total_amount"))
 	if !ok {
 		return badRequest("total_amount: must be yuan with at most two decimals, e.g. 19.99")
+	}
+	if d.Cumulative && d.RefundAmount > amount {
+		return badRequest("refund_fee: at most total_amount")
 	}
 	d.Amount = amount
 	d.Finish(a.cfg.Name)

@@ -64,12 +64,27 @@ type Request struct {
 // flow resets it between requests. Field slices may alias the request body
 // or the Delivery's own scratch, so they are request-scoped.
 type Delivery struct {
-	TxnID    []byte // channel transaction id (refund id for refunds)
+	// TxnID is the channel's transaction id: the trade the event names
+	// (for a refund, the trade being refunded).
+	TxnID    []byte
 	OrderNo  []byte
-	Event    []byte // the contract's event name, e.g. PAY_SUCCESS
-	Amount   int64  // minor units
+	Event    []byte // the event name, e.g. PAY_SUCCESS
+	Amount   int64  // the order's total, minor units
 	Currency []byte
-	// Key is "{channel}:{txn id}:{event}" and Digest the lower-case hex
+	// RefundID names the refund (refund events; empty for a refund
+	// without one, which is a full refund of the trade). RefundAmount is
+	// this refund's amount, or, when Cumulative, the trade's refunded
+	// total so far (Alipay's refund_fee); for a refund without RefundID it
+	// is Amount.
+	RefundID     []byte
+	RefundAmount int64
+	Cumulative   bool
+	// ReviewBody, when set, is what a review row keeps instead of the raw
+	// body: for channels that encrypt the body, the decrypted content, so
+	// that an operator can read it (and re-drive it).
+	ReviewBody []byte
+	// Key is "{channel}:{txn id}:{event}" ("{channel}:{refund id}:{event}"
+	// for a refund that has a RefundID) and Digest the lower-case hex
 	// SHA-256 of the business fields; Finish computes both.
 	Key    []byte
 	Digest [64]byte
@@ -88,6 +103,7 @@ const maxSecrets = 8
 // Reset empties d for reuse, keeping its buffers.
 func (d *Delivery) Reset() {
 	d.TxnID, d.OrderNo, d.Event, d.Currency, d.Amount = nil, nil, nil, nil, 0
+	d.RefundID, d.RefundAmount, d.Cumulative, d.ReviewBody = nil, 0, false, nil
 	d.Key, d.scratch, d.keys, d.digestIn = d.Key[:0], d.scratch[:0], d.keys[:0], d.digestIn[:0]
 }
 
@@ -99,18 +115,26 @@ func (d *Delivery) keep(s string) []byte {
 	return d.scratch[start:len(d.scratch):len(d.scratch)]
 }
 
-// Finish computes the key and the digest of the contract from the business
-// fields, for channel name ch:
+// Finish computes the key and the digest from the business fields, for
+// channel name ch:
 //
 //	biz_key = "{channel}:{channel_txn_id}:{event_type}"
-//	digest  = hex(sha256(txn "\n" event "\n" order_no "\n" amount "\n" currency))
+//	          "{channel}:{refund_id}:{event_type}" for a refund with a refund id
+//	digest  = hex(sha256(txn "\n" event "\n" order_no "\n" amount "\n" currency
+//	                     [ "\n" refund_id "\n" refund_amount ]))
 //
-// Every build computes the same digest, so a rolling deploy never turns a
-// retry into a conflict.
+// The refund part is there only when the refund has a refund id, so a full
+// refund without one keys and digests as it always did. Every build
+// computes the same digest, so a rolling deploy never turns a retry into a
+// conflict.
 func (d *Delivery) Finish(ch string) {
+	name := d.TxnID
+	if len(d.RefundID) > 0 {
+		name = d.RefundID
+	}
 	d.Key = append(d.Key[:0], ch...)
 	d.Key = append(d.Key, ':')
-	d.Key = append(d.Key, d.TxnID...)
+	d.Key = append(d.Key, name...)
 	d.Key = append(d.Key, ':')
 	d.Key = append(d.Key, d.Event...)
 	in := append(d.digestIn[:0], d.TxnID...)
@@ -122,9 +146,21 @@ func (d *Delivery) Finish(ch string) {
 	in = strconv.AppendInt(in, d.Amount, 10)
 	in = append(in, '\n')
 	in = append(in, d.Currency...)
+	if len(d.RefundID) > 0 {
+		in = append(in, '\n')
+		in = append(in, d.RefundID...)
+		in = append(in, '\n')
+		in = strconv.AppendInt(in, d.RefundAmount, 10)
+	}
 	d.digestIn = in
 	d.Sum = sha256.Sum256(in)
 	hex.Encode(d.Digest[:], d.Sum[:])
+}
+
+// IsRefund reports whether the event is a refund's (REFUND_SUCCESS or
+// REFUND_FAILED): only those carry a refund id and amount.
+func IsRefund(event []byte) bool {
+	return string(event) == string(eventRefundSuccess) || string(event) == string(eventRefundFailed)
 }
 
 // RejectKind is why an adapter refused a request. The edge maps each kind
@@ -235,6 +271,7 @@ var (
 	newline            = []byte("\n")
 	eventPaySuccess    = []byte("PAY_SUCCESS")
 	eventRefundSuccess = []byte("REFUND_SUCCESS")
+	eventRefundFailed  = []byte("REFUND_FAILED")
 	eventTradeClosed   = []byte("TRADE_CLOSED")
 )
 

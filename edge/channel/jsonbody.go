@@ -27,6 +27,8 @@ var (
 	keyOrderNo      = []byte("order_no")
 	keyAmount       = []byte("amount")
 	keyCurrency     = []byte("currency")
+	keyRefundID     = []byte("refund_id")
+	keyRefundAmount = []byte("refund_amount")
 )
 
 // parseGenericBody fills d's business fields from body. The slices it sets
@@ -50,6 +52,7 @@ func parseGenericBody(body []byte, d *Delivery) *Reject {
 	)
 	var have int
 	var event []byte
+	haveRefundAmount := false
 	s.ws()
 	if !s.eat('}') {
 		for {
@@ -101,6 +104,15 @@ func parseGenericBody(body []byte, d *Delivery) *Reject {
 					return badRequest("amount: must be a positive integer in minor units, at most 2^53-1")
 				}
 				have |= haveAmount
+			case bytes.Equal(key, keyRefundID):
+				if d.RefundID, ok = s.field(&d.scratch); !ok || !printableASCII(d.RefundID, 64) {
+					return badRequest("refund_id: must be a string of 1 to 64 printable ASCII characters")
+				}
+			case bytes.Equal(key, keyRefundAmount):
+				if d.RefundAmount, ok = s.amount(); !ok {
+					return badRequest("refund_amount: must be a positive integer in minor units, at most 2^53-1")
+				}
+				haveRefundAmount = true
 			default:
 				if !s.skip(0) {
 					return badRequest("%s: malformed value", printable(key))
@@ -131,7 +143,30 @@ func parseGenericBody(body []byte, d *Delivery) *Reject {
 		}
 	}
 	if !channelEvent(event) {
-		return badRequest("event_type: must be one of PAY_SUCCESS, PAY_CLOSED, REFUND_SUCCESS, TRADE_CLOSED")
+		return badRequest("event_type: must be one of PAY_SUCCESS, PAY_CLOSED, REFUND_SUCCESS, REFUND_FAILED, TRADE_CLOSED")
+	}
+	return refundFields(d, event, haveRefundAmount)
+}
+
+// refundFields applies the refund rules to the parsed fields: refund_id and
+// refund_amount belong to refund events only; refund_amount needs a
+// refund_id (without one the event is a full refund, as it always was) and
+// is at most amount; refund_id alone refunds the whole amount.
+func refundFields(d *Delivery, event []byte, haveRefundAmount bool) *Reject {
+	if !IsRefund(event) {
+		if len(d.RefundID) > 0 || haveRefundAmount {
+			return badRequest("refund_id, refund_amount: only for REFUND_SUCCESS and REFUND_FAILED")
+		}
+		d.Event = event
+		return nil
+	}
+	switch {
+	case haveRefundAmount && len(d.RefundID) == 0:
+		return badRequest("refund_amount: needs a refund_id (without one the refund is of the whole amount)")
+	case !haveRefundAmount:
+		d.RefundAmount = d.Amount
+	case d.RefundAmount > d.Amount:
+		return badRequest("refund_amount: at most amount")
 	}
 	d.Event = event
 	return nil

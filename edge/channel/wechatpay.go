@@ -165,32 +165,63 @@ func (w *WeChatPay) Parse(req *Request, d *Delivery) *Reject {
 	var amount *int64
 	switch {
 	case n.EventType == "TRANSACTION.SUCCESS" && r.TradeState == "SUCCESS":
-		d.Event, d.TxnID, amount = eventPaySuccess, d.keep(r.TransactionID), r.Amount.Total
-	case n.EventType == "REFUND.SUCCESS" && r.RefundStatus == "SUCCESS":
-		// Keyed by the refund id; the amount is what was refunded, so a
-		// partial refund differs from the order's total and is held for
-		// review (refunds are full refunds in this contract).
-		d.Event, d.TxnID, amount = eventRefundSuccess, d.keep(r.RefundID), r.Amount.Refund
+		d.Event, amount = eventPaySuccess, r.Amount.Total
+	case n.EventType == "REFUND.SUCCESS" && r.RefundStatus == "SUCCESS",
+		(n.EventType == "REFUND.ABNORMAL" || n.EventType == "REFUND.CLOSED") && r.RefundStatus == n.EventType[len("REFUND."):]:
+		// A refund of the trade transaction_id, keyed by refund_id, for
+		// amount.refund of amount.total; ABNORMAL and CLOSED mean the
+		// buyer did not get the money: a human must look.
+		d.Event, amount = eventRefundSuccess, r.Amount.Total
+		if n.EventType != "REFUND.SUCCESS" {
+			d.Event = eventRefundFailed
+		}
+		d.RefundID = d.keep(r.RefundID)
+		if !printableASCII(d.RefundID, 64) {
+			return badRequest("refund_id: must be 1 to 64 printable ASCII characters")
+		}
+		if r.Amount.Refund == nil || *r.Amount.Refund <= 0 || r.Amount.Total == nil || *r.Amount.Refund > *r.Amount.Total {
+			return badRequest("amount.refund: must be a positive integer in fen, at most amount.total")
+		}
+		d.RefundAmount = *r.Amount.Refund
 	default:
 		return badRequest("event_type %q with this state is not an event notifyedge acts on", n.EventType)
 	}
+	d.TxnID = d.keep(r.TransactionID)
 	d.OrderNo = d.keep(r.OutTradeNo)
 	d.Currency = d.keep(cmp.Or(r.Amount.Currency, "CNY"))
 	if !printableASCII(d.TxnID, 64) || !printableASCII(d.OrderNo, 64) {
-		return badRequest("transaction_id, refund_id, out_trade_no: must be 1 to 64 printable ASCII characters")
+		return badRequest("transaction_id, out_trade_no: must be 1 to 64 printable ASCII characters")
 	}
 	if amount == nil || *amount <= 0 || *amount > maxSafeInteger {
-		return badRequest("amount: must be a positive integer in fen")
+		return badRequest("amount.total: must be a positive integer in fen")
 	}
 	if !isCurrency(d.Currency) {
 		return badRequest("amount.currency: must be three upper-case letters")
 	}
+	d.ReviewBody = reviewBody(req.Body, plain)
 	d.Amount = *amount
 	d.Finish(w.cfg.Name)
 	if (w.cfg.MchID != "" && r.MchID != w.cfg.MchID) || (w.cfg.AppID != "" && r.AppID != "" && r.AppID != w.cfg.AppID) {
 		return &Reject{Kind: MerchantMismatch, Message: "mchid or appid is not this channel's: held for review"}
 	}
 	return nil
+}
+
+// reviewBody is the notification with its encrypted resource replaced by
+// the decrypted one, for the review row: an operator must be able to read
+// what was paid or refunded, and a re-drive decides it again. Key material
+// is never in it: the resource is the transaction or refund itself.
+func reviewBody(body, plain []byte) []byte {
+	var env map[string]json.RawMessage
+	if json.Unmarshal(body, &env) != nil || !json.Valid(plain) {
+		return nil
+	}
+	env["resource"] = plain
+	out, err := json.Marshal(env)
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // Render: success is 200 with an empty body; failure

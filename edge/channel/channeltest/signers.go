@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/notifyedge/notifyedge/edge/channel"
@@ -60,7 +61,7 @@ func (s *WeChatPaySigner) Notify(eventType string, resource any, now time.Time) 
 	aead, _ := cipher.NewGCM(block)
 	nonce := randomAlnum(12)
 	ad := "transaction"
-	if eventType == "REFUND.SUCCESS" {
+	if strings.HasPrefix(eventType, "REFUND.") {
 		ad = "refund"
 	}
 	env := map[string]any{

@@ -1,0 +1,225 @@
+package durable
+
+import (
+	"io/fs"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The SQL functions and Go share one vocabulary: outcomes, review reasons,
+// topics, states, events, the machine's actions and parties. Go defines it
+// (result.go, state.go); the functions of the current migration spell some
+// of it as literals. This test reads every literal of that migration and
+// checks each word is one Go knows, and that every word Go knows is one the
+// SQL (or the machine Go hands it) can produce: a typo on either side, or a
+// name added on one side only, fails here rather than as an answer no
+// adapter can render.
+
+// currentMigration is the migration that defines the functions durable calls.
+const currentMigration = "migrations/0004_trades.sql"
+
+var (
+	sqlComment = regexp.MustCompile(`--[^\n]*`)
+	sqlLiteral = regexp.MustCompile(`'((?:[^']|'')*)'`)
+	upperWord  = regexp.MustCompile(`^[A-Z][A-Z_]*$`)
+	lowerWord  = regexp.MustCompile(`^[a-z][a-z_]*$`)
+)
+
+// sqlLiterals returns the string literals of the migration's up part,
+// comments stripped (they hold apostrophes).
+func sqlLiterals(t *testing.T) []string {
+	t.Helper()
+	b, err := fs.ReadFile(migrationFiles, currentMigration)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _, ok := strings.Cut(string(b), "---- create above / drop below ----")
+	if !ok {
+		t.Fatal("no up/down separator")
+	}
+	var out []string
+	for _, m := range sqlLiteral.FindAllStringSubmatch(sqlComment.ReplaceAllString(up, ""), -1) {
+		out = append(out, strings.ReplaceAll(m[1], "''", "'"))
+	}
+	if len(out) < 20 {
+		t.Fatalf("found %d literals: the parse is wrong", len(out))
+	}
+	return out
+}
+
+func TestSQLAndGoShareOneVocabulary(t *testing.T) {
+	known := map[string]string{} // word -> what it is
+	add := func(kind string, words ...string) {
+		for _, w := range words {
+			if w != "" {
+				known[w] = kind
+			}
+		}
+	}
+	for _, o := range Outcomes {
+		add("outcome", o.String())
+	}
+	add("outcome", replayedOutcome)
+	for _, r := range ReviewReasons {
+		add("review reason", string(r))
+	}
+	for _, tp := range Topics {
+		add("topic", string(tp))
+	}
+	for _, s := range States {
+		add("state", string(s))
+	}
+	for _, e := range Events {
+		add("event", string(e))
+	}
+	for _, a := range actions {
+		add("action", string(a))
+	}
+	add("party", string(payingTrade), string(otherTrade))
+	for _, r := range []ShipResult{ShipApplied, NotShipped, DuplicateMessage} {
+		add("ship result", r.String())
+	}
+	// Words of the schema and of PostgreSQL, not of the decision.
+	add("claim state", "DONE")
+	add("resolver", "notifyedge")
+	add("SQLSTATE", "serialization_failure")
+	add("outbox payload key", "order_no", "event_type", "from", "to", "biz_key",
+		"trade", "refund_id", "refund_amount", "refunded_amount")
+
+	literals := sqlLiterals(t)
+	seen := map[string]bool{}
+	for _, l := range literals {
+		seen[l] = true
+		switch {
+		case l == "":
+		case upperWord.MatchString(l) || lowerWord.MatchString(l):
+			if _, ok := known[l]; !ok {
+				t.Errorf("SQL literal %q is no outcome, reason, topic, state, event, action or party Go knows", l)
+			}
+		case strings.HasPrefix(l, `{"http"`):
+			// The canonical result is written by SQL and read by result.go.
+			want := canonicalHead + "%s" + canonicalMiddle + "%s" + canonicalTail
+			if l != want {
+				t.Errorf("SQL's canonical result %q, result.go's %q", l, want)
+			}
+		case strings.HasPrefix(l, ":"):
+			// The biz_key suffix of a payment, which names its trade.
+			if l != ":"+string(PaySuccess) {
+				t.Errorf("SQL's payment key suffix %q, want %q", l, ":"+string(PaySuccess))
+			}
+		case strings.HasPrefix(l, `"outcome":`):
+			if l != `"outcome":"`+Applied.String()+`"` {
+				t.Errorf("SQL's applied-claim marker %q", l)
+			}
+		case strings.Contains(l, " "):
+			// A message or a resolution: prose, not vocabulary.
+		default:
+			t.Errorf("SQL literal %q has no known shape", l)
+		}
+	}
+
+	// And the other way: every word Go defines is one SQL can produce,
+	// itself or from the machine Go hands it.
+	fromMachine := map[string]bool{}
+	for _, tbl := range machine {
+		fromMachine[string(tbl.partial)] = true
+		for _, c := range tbl.cells {
+			fromMachine[string(c.to)] = true
+			fromMachine[string(c.topic)] = true
+			fromMachine[string(c.review)] = true
+		}
+	}
+	for _, o := range Outcomes {
+		if !seen[o.String()] {
+			t.Errorf("outcome %q is never returned by notifyedge_process", o)
+		}
+	}
+	for _, r := range ReviewReasons {
+		if r == ReviewMerchantMismatch {
+			continue // the edge records it (RecordReview), before Process
+		}
+		if !seen[string(r)] && !fromMachine[string(r)] {
+			t.Errorf("review reason %q is opened by neither the SQL nor the machine", r)
+		}
+	}
+	for _, tp := range Topics {
+		if !fromMachine[string(tp)] {
+			t.Errorf("topic %q is written by no cell of the machine", tp)
+		}
+	}
+	for _, a := range actions {
+		if !seen[string(a)] {
+			t.Errorf("action %q is not handled by the SQL", a)
+		}
+	}
+	for _, p := range []party{payingTrade, otherTrade} {
+		if !seen[string(p)] {
+			t.Errorf("party %q is not handled by the SQL", p)
+		}
+	}
+}
+
+// The machine covers every state of every event once, or twice where the
+// trade decides: the paying trade's cell, then the other trade's, as the
+// SQL looks them up.
+func TestMachineCoversEveryState(t *testing.T) {
+	for _, e := range Events {
+		tbl, ok := machine[e]
+		if !ok {
+			t.Errorf("%s: no row in the machine", e)
+			continue
+		}
+		var got []State
+		for i := 0; i < len(tbl.cells); i++ {
+			c := tbl.cells[i]
+			got = append(got, c.from)
+			switch c.party {
+			case anyTrade:
+			case payingTrade:
+				if i+1 == len(tbl.cells) || tbl.cells[i+1].from != c.from || tbl.cells[i+1].party != otherTrade {
+					t.Errorf("%s on %s: the paying trade's cell is not followed by the other trade's", e, c.from)
+				}
+				i++
+			default:
+				t.Errorf("%s on %s: a %q cell without a paying one before it", e, c.from, c.party)
+			}
+		}
+		if !slices.Equal(got, States) {
+			t.Errorf("%s covers %v, want %v in that order", e, got, States)
+		}
+		for _, c := range tbl.cells {
+			moves := c.act == actMove || c.act == actPay || c.act == actSettle || c.act == actRefund
+			if moves != (c.to != "" && c.topic != "") {
+				t.Errorf("%s on %s (%s): a move needs a target and a topic, and only a move has them", e, c.from, c.act)
+			}
+			if c.review != "" && c.act != actSkip {
+				t.Errorf("%s on %s: only a skip opens the cell's review", e, c.from)
+			}
+		}
+		if (tbl.partial != "") != slices.ContainsFunc(tbl.cells, func(c cell) bool { return c.act == actRefund }) {
+			t.Errorf("%s: a partial topic belongs to refund cells", e)
+		}
+	}
+}
+
+// The channel events are exactly the ones ParseChannelEvent accepts, and
+// each reaches Process through a statement of its own.
+func TestEveryChannelEventHasProcessRules(t *testing.T) {
+	for _, e := range Events {
+		_, channel := ParseChannelEvent([]byte(e))
+		_, hasSQL := processSQL[e]
+		if channel != hasSQL {
+			t.Errorf("%s: channel event %v, a Process statement %v", e, channel, hasSQL)
+		}
+	}
+	for _, e := range []Event{Ship, Close} {
+		if _, ok := ParseChannelEvent([]byte(e)); ok {
+			t.Errorf("%s is internal, yet a channel may send it", e)
+		}
+	}
+	if sqlProcess != processSQL[PaySuccess] || !strings.Contains(sqlProcess, "'ORDER_PAID'") {
+		t.Error("sqlProcess, which every connection prepares, is not the payment's statement")
+	}
+}
