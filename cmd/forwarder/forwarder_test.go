@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable/redisstream"
+)
+
+// Several orders' events arrive signed, with the contract's body, once
+// each, in outbox order per order, and are acknowledged.
+func TestHappyPath(t *testing.T) {
+	e := newTestEnv(t)
+	cfg := e.config("f1")
+	orders := []string{"O-1", "O-2", "O-3", "O-4", "O-5", "O-6", "O-7", "O/8?#%"}
+	msgs := e.publish(5, orders...)
+	e.start(cfg)
+	more := e.publish(5, orders...) // read as new entries by a running forwarder
+	msgs = append(msgs, more...)
+
+	waitFor(t, 10*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
+	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	e.recv.checkNoProblems()
+	got := e.recv.snapshot()
+	if len(got) != len(msgs) {
+		t.Errorf("receiver accepted %d deliveries of %d events: a duplicate without any failure", len(got), len(msgs))
+	}
+	for _, a := range got {
+		if want := expectedBody(e.published[a.OutboxID]); a.Body != want {
+			t.Errorf("body of %s:\n got %s\nwant %s", a.ID, a.Body, want)
+		}
+	}
+	e.checkOrder(got)
+	if n := counter(cfg.Metrics, resultDelivered); n != float64(len(msgs)) {
+		t.Errorf("delivered = %v, want %d", n, len(msgs))
+	}
+	if n := counter(cfg.Metrics, resultRetried) + counter(cfg.Metrics, resultDead); n != 0 {
+		t.Errorf("retried+dead = %v, want 0", n)
+	}
+	if g := gauge(cfg.Metrics.active); g != 1 {
+		t.Errorf("active = %v, want 1", g)
+	}
+	waitFor(t, 2*time.Second, "lag 0 once idle", func() bool {
+		lag := cfg.Metrics.lagFn.Load()
+		return lag != nil && (*lag)() == 0
+	})
+}
+
+// A receiver that fails, times out, redirects or answers slowly: each
+// event is retried until a 2xx and its order's later events wait for it.
+func TestRetriesKeepOrder(t *testing.T) {
+	e := newTestEnv(t)
+	cfg := e.config("f1")
+	cfg.Timeout = 400 * time.Millisecond
+	first := map[string]int64{}
+	msgs := e.publish(5, "fails", "timeout", "slow", "redirect", "steady")
+	for _, m := range msgs {
+		if _, ok := first[m.OrderNo]; !ok {
+			first[m.OrderNo] = m.ID
+		}
+	}
+	e.recv.setBehave(func(order string, id int64, attempt int) verdict {
+		switch {
+		case order == "fails" && id == first[order] && attempt <= 3:
+			return verdict{status: http.StatusInternalServerError}
+		case order == "timeout" && id == first[order] && attempt == 1:
+			// Taken, but answered after the client gave up: sent again.
+			return verdict{status: http.StatusOK, delay: 3 * cfg.Timeout}
+		case order == "redirect" && id == first[order] && attempt == 1:
+			return verdict{status: http.StatusFound, header: map[string]string{"Location": "/elsewhere"}}
+		case order == "slow":
+			return verdict{status: http.StatusOK, delay: cfg.Timeout / 4}
+		}
+		return verdict{status: http.StatusOK}
+	})
+	e.start(cfg)
+	waitFor(t, 15*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
+	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	e.recv.checkNoProblems()
+	e.checkOrder(e.recv.snapshot())
+	for order, want := range map[string]int{"fails": 4, "timeout": 2, "redirect": 2, "slow": 1, "steady": 1} {
+		if got := e.recv.tries(first[order]); got != want {
+			t.Errorf("first event of %s: %d attempts, want %d", order, got, want)
+		}
+	}
+	for _, m := range msgs {
+		if m.ID != first[m.OrderNo] && e.recv.tries(m.ID) != 1 {
+			t.Errorf("event %d of %s: %d attempts, want 1", m.ID, m.OrderNo, e.recv.tries(m.ID))
+		}
+	}
+	// The retries are spaced by the backoff: never beyond its cap (plus
+	// scheduling slack), and together at least the attempts' own time.
+	e.recv.mu.Lock()
+	times := e.recv.times[fmt.Sprint(first["fails"])]
+	e.recv.mu.Unlock()
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap > cfg.BackoffMax+200*time.Millisecond {
+			t.Errorf("gap %d between retries: %v > cap %v", i, gap, cfg.BackoffMax)
+		}
+	}
+	if n := counter(cfg.Metrics, resultRetried); n != 5 {
+		t.Errorf("retried = %v, want 5 (3 failures, 1 timeout, 1 redirect)", n)
+	}
+	if n := counter(cfg.Metrics, resultDelivered); n != float64(len(msgs)) {
+		t.Errorf("delivered = %v, want %d", n, len(msgs))
+	}
+}
+
+// A forwarder that dies between the 2xx and the XACK sends that event
+// again after the restart: the receiver gets the same webhook-id twice,
+// and after dropping duplicates by it, every order is in outbox order.
+func TestRedeliveryAfterCrashBeforeAck(t *testing.T) {
+	e := newTestEnv(t)
+	msgs := e.publish(6, "A", "B", "C")
+	victim := msgs[7] // A's third event
+	cfg := e.config("f1")
+	var crashed atomic.Bool // partitions call the hook concurrently
+	cfg.beforeAck = func(m redisstream.Message) error {
+		if m.OutboxID == victim.ID && crashed.CompareAndSwap(false, true) {
+			return errors.New("simulated crash")
+		}
+		return nil
+	}
+	stop := e.start(cfg)
+	waitFor(t, 5*time.Second, "the crash", func() bool { return e.recv.tries(victim.ID) == 1 })
+	if err := stop(); !errors.Is(err, errCrash) {
+		t.Fatalf("Run returned %v, want the crash", err)
+	}
+	// The crash left the lease to expire and the entry pending with f1.
+	e.start(e.config("f2"))
+	waitFor(t, 10*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
+	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	if n := e.recv.tries(victim.ID); n != 2 {
+		t.Errorf("victim sent %d times, want 2 (2xx, crash before XACK, redelivered)", n)
+	}
+	e.recv.checkNoProblems()
+	e.checkOrder(e.recv.snapshot())
+	cs, err := e.client.XInfoConsumers(context.Background(), e.stream, "forwarder").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 1 || cs[0].Name != "f2" {
+		t.Errorf("consumers %+v, want only f2 (f1's entries claimed, f1 forgotten)", cs)
+	}
+}
+
+// Two instances started together: one forwards, the other waits; when the
+// active one stops (gracefully, mid-run) the other takes over. Never both
+// active, nothing lost, no duplicate (a graceful stop acknowledges what it
+// sent), every order in outbox order.
+func TestOverlappingInstances(t *testing.T) {
+	e := newTestEnv(t)
+	var orders []string
+	for i := range 20 {
+		orders = append(orders, fmt.Sprintf("ov-%02d", i))
+	}
+	msgs := e.publish(10, orders...)
+	e.recv.setBehave(func(string, int64, int) verdict { return verdict{status: 200, delay: 3 * time.Millisecond} })
+	cfgs := []Config{e.config("a"), e.config("b")}
+	stops := []func() error{e.start(cfgs[0]), e.start(cfgs[1])}
+	var sawBoth atomic.Bool
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if gauge(cfgs[0].Metrics.active) == 1 && gauge(cfgs[1].Metrics.active) == 1 {
+				sawBoth.Store(true)
+			}
+		}
+	}()
+	waitFor(t, 10*time.Second, "a third of the events", func() bool { return e.recv.unique() >= len(msgs)/3 })
+	active := slices.IndexFunc(cfgs, func(c Config) bool { return gauge(c.Metrics.active) == 1 })
+	if active < 0 {
+		t.Fatal("no instance active")
+	}
+	if err := stops[active](); err != nil {
+		t.Fatal(err)
+	}
+	stops[active] = e.start(cfgs[active]) // back, as standby
+	waitFor(t, 15*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
+	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	if sawBoth.Load() {
+		t.Error("both instances were active at once")
+	}
+	e.recv.checkNoProblems()
+	got := e.recv.snapshot()
+	e.checkOrder(got)
+	if len(got) != len(msgs) {
+		t.Errorf("%d deliveries of %d events: a graceful handover duplicated", len(got), len(msgs))
+	}
+}
+
+// The lease's holder stops before Redis could expire its key: with Redis
+// gone, its context ends within the TTL less the margin.
+func TestLeaseLapsesBeforeTTL(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	ttl := 400 * time.Millisecond
+	a := newLease(e.client, "k", "a", ttl)
+	b := newLease(e.client, "k", "b", ttl)
+	start, holder, err := a.try(ctx)
+	if err != nil || holder != "" {
+		t.Fatalf("a: %q %v", holder, err)
+	}
+	if _, holder, err := b.try(ctx); err != nil || holder != a.value {
+		t.Fatalf("b got %q %v while a holds the lease", holder, err)
+	}
+	held := a.hold(start, slogDiscard())
+	time.Sleep(ttl) // renewed meanwhile
+	if held.ctx.Err() != nil {
+		t.Fatalf("lease lapsed while renewed: %v", context.Cause(held.ctx))
+	}
+	e.redis.Kill()
+	<-held.ctx.Done()
+	// Redis expires the key ttl after it received the last renewal, which
+	// was sent at a.renewed: the holder must have stopped well before.
+	if held := time.Since(time.Unix(0, a.renewed.Load())); held > ttl*9/10 {
+		t.Errorf("held on %v after the last renewal was sent; Redis may expire it after %v", held, ttl)
+	}
+	if !errors.Is(context.Cause(held.ctx), errLeaseLost) {
+		t.Errorf("cause %v", context.Cause(held.ctx))
+	}
+	held.stop()
+}
+
+func TestBackoff(t *testing.T) {
+	lo, hi := 100*time.Millisecond, 30*time.Second
+	for attempt := 1; attempt <= 40; attempt++ {
+		ceil := min(lo<<min(attempt-1, 20), hi)
+		var sum time.Duration
+		const n = 2000
+		for range n {
+			d := backoff(attempt, lo, hi)
+			if d < 0 || d > ceil {
+				t.Fatalf("attempt %d: %v outside [0, %v]", attempt, d, ceil)
+			}
+			sum += d
+		}
+		// Full jitter: the mean is half the ceiling.
+		if mean := sum / n; mean < ceil*4/10 || mean > ceil*6/10 {
+			t.Errorf("attempt %d: mean %v, want about %v", attempt, mean, ceil/2)
+		}
+	}
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestOptions(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	const secret = "whsec_c2VjcmV0LWtleS1tYXRlcmlhbA=="
+	base := map[string]string{
+		"EDGE_STREAM_URL": "redis://127.0.0.1:1/0", "FORWARD_URL": "https://user:pw@example.test/hook",
+		"FORWARD_SECRET": secret, "FORWARD_MAX_AGE": "2h", "FORWARD_GROUP": "g1", "FORWARD_PARTITIONS": "3",
+	}
+	o, err := parseOptions(nil, env(base), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.cfg
+	if c.Stream != "notifyedge:outbox" || c.Group != "g1" || c.MaxAge != 2*time.Hour || c.Partitions != 3 ||
+		c.Timeout != 10*time.Second || o.adminListen != "127.0.0.1:9091" || c.Name == "" || o.redrive {
+		t.Errorf("defaults and environment: %+v admin %s", c, o.adminListen)
+	}
+	o, err = parseOptions([]string{"-group", "g2", "-timeout", "3s", "-redrive-dead"}, env(base), io.Discard)
+	if err != nil || o.cfg.Group != "g2" || o.cfg.Timeout != 3*time.Second || !o.redrive {
+		t.Errorf("flags over environment: %+v %v", o.cfg, err)
+	}
+
+	_, err = parseOptions(nil, env(map[string]string{}), io.Discard)
+	for _, name := range []string{"EDGE_STREAM_URL", "FORWARD_URL", "FORWARD_SECRET"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("without %s: %v", name, err)
+		}
+	}
+	bad := map[string]string{}
+	for k, v := range base {
+		bad[k] = v
+	}
+	bad["FORWARD_SECRET"] = "whsec_not base64 but key material"
+	bad["FORWARD_MAX_AGE"] = "tomorrow"
+	_, err = parseOptions(nil, env(bad), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "FORWARD_SECRET") || !strings.Contains(err.Error(), "FORWARD_MAX_AGE") {
+		t.Errorf("bad values: %v", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "key material") {
+		t.Errorf("the error quotes the secret: %v", err)
+	}
+	// A bad configuration exits 2 before touching Redis.
+	if code := run(context.Background(), nil, env(bad), io.Discard); code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+}

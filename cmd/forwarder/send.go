@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/edge/channel"
+)
+
+// sender POSTs events as Standard Webhooks messages.
+type sender struct {
+	client *http.Client
+	url    string
+	secret string
+}
+
+// post sends one event and returns nil on a 2xx. The timestamp is taken
+// afresh for every attempt, so a retry after minutes is not refused as
+// stale by a receiver that checks it.
+func (s *sender) post(ctx context.Context, outboxID int64, body []byte) error {
+	id := strconv.FormatInt(outboxID, 10)
+	ts := time.Now().Unix()
+	sig, err := channel.SignWebhook(s.secret, id, ts, body)
+	if err != nil {
+		return fmt.Errorf("sign: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "notifyedge-forwarder")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err // net/http strips a password from the URL it quotes
+	}
+	defer resp.Body.Close()
+	// Read a little for the error message and the rest (bounded) so the
+	// connection can be reused.
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, 128))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	// %q keeps a binary or multi-line answer on one log line.
+	return fmt.Errorf("receiver answered %d: %q", resp.StatusCode, head)
+}
+
+// buildBody renders {"outbox_id":..,"topic":..,"order_no":..,"payload":..}
+// with the payload's bytes exactly as the outbox row holds them.
+func buildBody(m redisstream.Message) ([]byte, error) {
+	if !json.Valid([]byte(m.Payload)) {
+		return nil, fmt.Errorf("outbox id %d: payload is not JSON", m.OutboxID)
+	}
+	topic, _ := json.Marshal(m.Topic)
+	order, _ := json.Marshal(m.OrderNo)
+	b := make([]byte, 0, 64+len(topic)+len(order)+len(m.Payload))
+	b = append(b, `{"outbox_id":`...)
+	b = strconv.AppendInt(b, m.OutboxID, 10)
+	b = append(b, `,"topic":`...)
+	b = append(b, topic...)
+	b = append(b, `,"order_no":`...)
+	b = append(b, order...)
+	b = append(b, `,"payload":`...)
+	b = append(b, m.Payload...)
+	b = append(b, '}')
+	return b, nil
+}
+
+// decode reads the fields the relay writes (redisstream.Publisher).
+func decode(xm redis.XMessage) (redisstream.Message, error) {
+	str := func(k string) string { s, _ := xm.Values[k].(string); return s }
+	id, err := strconv.ParseInt(str(redisstream.FieldOutboxID), 10, 64)
+	if err != nil {
+		return redisstream.Message{}, fmt.Errorf("entry %s: bad %s %q", xm.ID, redisstream.FieldOutboxID, str(redisstream.FieldOutboxID))
+	}
+	m := redisstream.Message{StreamID: xm.ID, OutboxID: id, Topic: str(redisstream.FieldTopic),
+		OrderNo: str(redisstream.FieldOrderNo), Payload: str(redisstream.FieldPayload)}
+	if m.OrderNo == "" {
+		return m, fmt.Errorf("entry %s: no %s", xm.ID, redisstream.FieldOrderNo)
+	}
+	return m, nil
+}
+
+// entryTime is the time in a stream id "ms-seq": Redis's clock at XADD.
+func entryTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
