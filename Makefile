@@ -9,8 +9,8 @@ PKGS  := ./...
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk -F': ' '{ printf "  %-10s %s\n", $$1, $$2 }'
 
-## deps: install what the tests need (PostgreSQL, redis-server, curl) when missing
-deps: deps-postgres deps-redis deps-curl
+## deps: install what the tests need (PostgreSQL, redis-server, curl, promtool) when missing
+deps: deps-postgres deps-redis deps-curl deps-promtool
 
 # redis-server for the cache's integration tests. Debian's package would
 # start a system server on 6379; policy-rc.d stops that during the install
@@ -33,6 +33,19 @@ deps-curl:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null || \
 		{ echo "could not install curl: run 'sudo apt-get install curl'"; exit 1; }; \
 	else echo "missing curl: run 'sudo apt-get install curl'"; exit 1; fi
+
+# promtool checks and unit-tests the alert rules in cmd/edged/ops. Debian
+# ships it in the prometheus package, whose install would start a Prometheus
+# server on :9090; policy-rc.d stops that during the install.
+deps-promtool:
+	@command -v promtool >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing promtool (apt-get install prometheus)"; \
+		own=0; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own=1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; rc=$$?; \
+		[ $$own = 1 ] && rm -f /usr/sbin/policy-rc.d; \
+		[ $$rc = 0 ] || { echo "could not install promtool: run 'sudo apt-get install prometheus'"; exit 1; }; \
+	else echo "missing promtool: run 'sudo apt-get install prometheus' (it ships promtool)"; exit 1; fi
 
 # PostgreSQL server binaries: found like durable/pgtemp finds them.
 # Installing Debian's package would create and start a "main" cluster; the
@@ -103,4 +116,4 @@ lint:
 		echo "cmd/edged links package testing (a test helper reached the production binary): see 'go list -deps ./cmd/edged'"; exit 1; \
 	fi; echo "edged links no test code: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl run build test demo bench-go fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool run build test demo bench-go fuzz test-race bench lint

@@ -68,6 +68,7 @@ var ErrBreakerOpen = errors.New("claimcache: breaker open")
 // (single node or cluster) satisfies it.
 type Client interface {
 	redis.Scripter
+	Ping(ctx context.Context) *redis.StatusCmd
 	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
 }
@@ -113,7 +114,18 @@ type Cache struct {
 	local      *local  // nil: off
 	node       [8]byte // random per process: owner tokens are node + counter
 	seq        atomic.Uint64
+
+	// The readiness probe: a PING at most once a second, so that /readyz
+	// tells a dead Redis before traffic trips the breaker.
+	probedAt atomic.Int64 // unix nanos of the last probe
+	probeBad atomic.Bool  // the last probe failed
 }
+
+// probeEvery is how often State may PING Redis; probeTimeout bounds a PING.
+const (
+	probeEvery   = time.Second
+	probeTimeout = 100 * time.Millisecond
+)
 
 // New returns a Cache for cfg.
 func New(cfg Config) (*Cache, error) {
@@ -345,9 +357,22 @@ func (c *Cache) Abort(ctx context.Context, key []byte, d Digest, t Token) error 
 	return nil
 }
 
-// State is "ok", or "degraded" while the breaker is open.
+// State is "ok", or "degraded" while the breaker is open or Redis does not
+// answer a PING. The PING is sent at most once a second, whoever asks how
+// often (the caller is a readiness probe); in between the last answer
+// stands.
 func (c *Cache) State() string {
 	if c.breaker.isOpen() {
+		return "degraded"
+	}
+	now := time.Now().UnixNano()
+	if last := c.probedAt.Load(); now-last >= int64(probeEvery) && c.probedAt.CompareAndSwap(last, now) {
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		err := c.client.Ping(ctx).Err()
+		cancel()
+		c.probeBad.Store(err != nil)
+	}
+	if c.probeBad.Load() {
 		return "degraded"
 	}
 	return "ok"

@@ -28,6 +28,9 @@ type Config struct {
 	MaxBody     int
 	ResultTTL   time.Duration
 	Drain       time.Duration
+	// DrainDelay is how long, from SIGTERM, /readyz answers 503 while the
+	// public listener still serves, so load balancers stop routing first.
+	DrainDelay time.Duration
 	// IdleTimeout closes keep-alive connections that send nothing;
 	// MaxConnsPerIP caps one client address's connections (0: no cap).
 	IdleTimeout   time.Duration
@@ -63,7 +66,7 @@ func ParseConfig(args, env []string) (Config, error) {
 		return def
 	}
 	var c Config
-	var budget, maxBody, ttl, drain, relay, idle, perIP string
+	var budget, maxBody, ttl, drain, drainDelay, relay, idle, perIP string
 	fs := flag.NewFlagSet("edged", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", get("EDGE_LISTEN", ":8080"), "public listen address (EDGE_LISTEN)")
 	fs.StringVar(&c.AdminListen, "admin-listen", get("EDGE_ADMIN_LISTEN", "127.0.0.1:9090"), "admin listen address (EDGE_ADMIN_LISTEN)")
@@ -71,6 +74,7 @@ func ParseConfig(args, env []string) (Config, error) {
 	fs.StringVar(&maxBody, "max-body", get("EDGE_MAX_BODY", "64KiB"), "largest accepted body (EDGE_MAX_BODY)")
 	fs.StringVar(&ttl, "result-ttl", get("EDGE_RESULT_TTL", "24h"), "how long the cache keeps a result (EDGE_RESULT_TTL)")
 	fs.StringVar(&drain, "drain", get("EDGE_DRAIN", "10s"), "how long in-flight requests may finish on shutdown (EDGE_DRAIN)")
+	fs.StringVar(&drainDelay, "drain-delay", get("EDGE_DRAIN_DELAY", "5s"), "from SIGTERM, how long /readyz answers 503 while the listener still serves (EDGE_DRAIN_DELAY)")
 	fs.StringVar(&relay, "relay", get("EDGE_RELAY", "true"), "run the outbox relay where EDGE_STREAM_URL is set (EDGE_RELAY)")
 	fs.StringVar(&idle, "idle-timeout", get("EDGE_IDLE_TIMEOUT", "5s"), "close keep-alive connections idle this long (EDGE_IDLE_TIMEOUT)")
 	fs.StringVar(&perIP, "max-conns-per-ip", get("EDGE_MAX_CONNS_PER_IP", "256"), "connections one client address may hold open, 0 for no cap: set 0 behind a proxy (EDGE_MAX_CONNS_PER_IP)")
@@ -90,6 +94,9 @@ func ParseConfig(args, env []string) (Config, error) {
 	}
 	if c.Drain, err = positiveDuration("drain", drain); err != nil {
 		return Config{}, err
+	}
+	if c.DrainDelay, err = time.ParseDuration(drainDelay); err != nil || c.DrainDelay < 0 {
+		return Config{}, fmt.Errorf("drain-delay: %q is not a duration ≥ 0", drainDelay)
 	}
 	if c.IdleTimeout, err = positiveDuration("idle-timeout", idle); err != nil {
 		return Config{}, err

@@ -25,7 +25,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 	want := Config{Listen: ":8080", AdminListen: "127.0.0.1:9090", DatabaseURL: "postgres://db/x",
 		Budget: 200 * time.Millisecond, MaxBody: 64 << 10, ResultTTL: 24 * time.Hour, Drain: 10 * time.Second, Relay: true,
-		IdleTimeout: 5 * time.Second, MaxConnsPerIP: 256,
+		IdleTimeout: 5 * time.Second, MaxConnsPerIP: 256, DrainDelay: 5 * time.Second,
 		Channels: []ChannelConfig{{Name: "acme", Kind: "generic", Secrets: []string{secret}}}}
 	if d := cmp.Diff(want, c); d != "" {
 		t.Errorf("(-want +got):\n%s", d)

@@ -47,6 +47,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	m := NewMain(cfg)
+	// One log stream: go-redis logs through a process-wide logger, which
+	// would otherwise write plain text between edged's JSON lines.
+	redis.SetLogger(newRedisLogger(m.Logger))
 	if err := m.Run(ctx); err != nil {
 		m.Close()
 		fmt.Fprintln(os.Stderr, "edged:", err)
@@ -272,15 +275,22 @@ func (m *Main) AdminAddr() string { return m.adminLn.Addr().String() }
 // Failed delivers a listener's error if one stops serving on its own.
 func (m *Main) Failed() <-chan error { return m.failed }
 
-// Close drains and stops: /readyz turns 503 at once, the listener stops
-// accepting, in-flight requests get up to Config.Drain, then the pool closes
-// and a dev cluster is removed.
+// Close drains and stops: /readyz turns 503 at once while the public
+// listener keeps serving for Config.DrainDelay (load balancers notice and
+// stop routing here first), then the listener stops accepting, in-flight
+// requests get up to Config.Drain, then the pool closes and a dev cluster is
+// removed.
 func (m *Main) Close() error {
 	var errs []error
+	if m.server != nil && m.Config.DrainDelay > 0 {
+		m.server.Drain()
+		m.Logger.Info("draining: readiness off, still serving", "delay", m.Config.DrainDelay.String())
+		time.Sleep(m.Config.DrainDelay)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.Config.Drain)
 	defer cancel()
 	if m.server != nil {
-		m.Logger.Info("draining", "deadline", m.Config.Drain.String())
+		m.Logger.Info("draining: listener closed, finishing in-flight requests", "deadline", m.Config.Drain.String())
 		if err := m.server.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("drain: %w", err))
 		}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/edge/channel"
+)
+
+// proc is an edged process whose stderr is kept whole.
+type proc struct {
+	cmd         *exec.Cmd
+	addr, admin string
+	// exited is closed when the process has exited, with its error in
+	// exitErr: any number of waiters may watch it.
+	exited  chan struct{}
+	exitErr error
+
+	mu     sync.Mutex
+	stderr bytes.Buffer
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// runEdged starts bin with args and env (beside a clean environment) and
+// returns once it listens, with its two addresses from its start line.
+func runEdged(t *testing.T, bin string, args, env []string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(cleanEnv(), env...)
+	pipe, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	ready := make(chan [2]string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.stderr.WriteString(line + "\n")
+			p.mu.Unlock()
+			var start struct{ Msg, Listen, Admin string }
+			if json.Unmarshal([]byte(line), &start) == nil && start.Msg == "edged listening" {
+				ready <- [2]string{start.Listen, start.Admin}
+			}
+		}
+	}()
+	go func() {
+		p.exitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.exited
+	})
+	select {
+	case a := <-ready:
+		p.addr, p.admin = a[0], a[1]
+	case <-p.exited:
+		t.Fatalf("edged exited before listening: %v\n%s", p.exitErr, p.log())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("edged did not start\n%s", p.log())
+	}
+	return p
+}
+
+// callback delivers a fresh signed payment of order no on a connection of
+// its own (a new connection is what a load balancer would refuse).
+func callback(client *http.Client, addr, txn, no string) (int, error) {
+	body := fmt.Sprintf(`{"channel_txn_id":%q,"event_type":"PAY_SUCCESS","order_no":%q,"amount":100,"currency":"CNY"}`, txn, no)
+	id := "m-" + txn
+	ts := time.Now().Unix()
+	sig, _ := channel.SignWebhook(secret, id, ts, []byte(body))
+	req, _ := http.NewRequest("POST", "http://"+addr+"/notify/acme", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// A SIGTERM under traffic: /readyz turns 503 at once, the public listener
+// refuses nothing until the drain delay ends, every request it took is
+// answered, and the process exits cleanly.
+func TestDrainUnderTraffic(t *testing.T) {
+	bin := buildEdged(t)
+	dbURL := durabletest.NewDatabase(t)
+	const n = 20000
+	orders := make([]durabletest.Order, n)
+	for i := range orders {
+		orders[i] = durabletest.Order{No: fmt.Sprintf("D-%05d", i), Status: "PENDING_PAY", Amount: 100, Currency: "CNY"}
+	}
+	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
+		t.Fatal(err)
+	}
+	const delay = 1500 * time.Millisecond
+	p := runEdged(t, bin, []string{"-drain-delay", delay.String(), "-drain", "5s", "-budget", "2s"},
+		[]string{"DATABASE_URL=" + dbURL, "EDGE_SECRET_ACME=" + secret})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+	var sigAt atomic.Int64 // unix nanos of the SIGTERM, 0 before
+	var next atomic.Int64
+	var mu sync.Mutex
+	var early, inflight []string // refused before the delay ended; taken but not answered
+	answered := 0
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := next.Add(1) - 1
+				if i >= n {
+					return
+				}
+				start := time.Now()
+				code, err := callback(client, p.addr, fmt.Sprintf("TD%05d", i), fmt.Sprintf("D-%05d", i))
+				mu.Lock()
+				switch s := sigAt.Load(); {
+				case err == nil && code == 200:
+					answered++
+				case err == nil:
+					inflight = append(inflight, fmt.Sprintf("request %d: HTTP %d", i, code))
+				case s == 0 || start.Before(time.Unix(0, s).Add(delay-200*time.Millisecond)):
+					early = append(early, fmt.Sprintf("request %d at %v after SIGTERM: %v", i, start.Sub(time.Unix(0, s)), err))
+				// After the delay the listener closes: a new connection is
+				// refused, and one still in the kernel's accept queue (never
+				// taken by the server) is reset. Load balancers stopped
+				// routing during the delay, so neither reaches a real node.
+				case !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET):
+					inflight = append(inflight, fmt.Sprintf("request %d: %v", i, err))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // traffic flows
+	if code := readyz(t, p.admin); code != 200 {
+		t.Fatalf("readyz before SIGTERM: %d", code)
+	}
+	sigAt.Store(time.Now().UnixNano())
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond)
+	if code := readyz(t, p.admin); code != 503 {
+		t.Errorf("readyz 300 ms after SIGTERM: %d, want 503 (load balancers must stop routing first)", code)
+	}
+	select {
+	case <-p.exited:
+		if p.exitErr != nil {
+			t.Errorf("edged exited with %v", p.exitErr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("edged did not exit within 20 s of SIGTERM")
+	}
+	close(stop)
+	wg.Wait()
+	for _, e := range early {
+		t.Error("refused before the drain delay ended: " + e)
+	}
+	for _, e := range inflight {
+		t.Error("not answered: " + e)
+	}
+	if answered < 100 {
+		t.Errorf("only %d callbacks answered: the load did not run", answered)
+	}
+	t.Logf("%d callbacks answered around a SIGTERM with a %v drain delay", answered, delay)
+}
+
+func readyz(t *testing.T, admin string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/readyz")
+	if err != nil {
+		return 0 // the admin listener is gone: not ready either
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Redis dies under traffic: everything edged writes to stderr, go-redis's
+// own complaints included, is a JSON line.
+func TestOneJSONLogStream(t *testing.T) {
+	bin := buildEdged(t)
+	rs, err := claimcachetest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Stop()
+	dbURL := durabletest.NewDatabase(t)
+	const n = 600
+	orders := make([]durabletest.Order, n)
+	for i := range orders {
+		orders[i] = durabletest.Order{No: fmt.Sprintf("J-%04d", i), Status: "PENDING_PAY", Amount: 100, Currency: "CNY"}
+	}
+	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
+		t.Fatal(err)
+	}
+	p := runEdged(t, bin, []string{"-drain-delay", "0s", "-budget", "2s"},
+		[]string{"DATABASE_URL=" + dbURL, "REDIS_URL=" + rs.URL(), "EDGE_SECRET_ACME=" + secret})
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range n {
+		if i == n/3 {
+			rs.Kill()
+		}
+		if code, err := callback(client, p.addr, fmt.Sprintf("TJ%04d", i), fmt.Sprintf("J-%04d", i)); err != nil || code != 200 {
+			t.Fatalf("callback %d with Redis down: %d %v", i, code, err)
+		}
+	}
+	time.Sleep(1200 * time.Millisecond)
+	readyz(t, p.admin) // the readiness probe's PING fails too
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.exited
+	out := p.log()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	sawRedis := false
+	for _, l := range lines {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Errorf("not a JSON line: %q", l)
+			continue
+		}
+		if v["msg"] == "redis client" {
+			sawRedis = true
+		}
+	}
+	if !sawRedis {
+		t.Errorf("go-redis said nothing while Redis was dead, or not through the JSON log:\n%s", out)
+	}
+}
