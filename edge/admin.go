@@ -28,7 +28,9 @@ import (
 // *durable.Store satisfies it.
 type ReviewQueue interface {
 	Reviews(ctx context.Context, q durable.ReviewQuery) ([]durable.Review, error)
+	Review(ctx context.Context, id int64) (durable.Review, error)
 	ResolveReview(ctx context.Context, id int64, resolution, by string) (durable.Review, error)
+	ResolveRedriven(ctx context.Context, id int64, resolution, by string) error
 }
 
 // Pinger reports whether Postgres answers. *durable.Store satisfies it.
@@ -38,8 +40,16 @@ type Pinger interface {
 
 // AdminConfig configures the admin listener.
 type AdminConfig struct {
-	// Token is EDGE_ADMIN_TOKEN; empty refuses every review request.
+	// Token is EDGE_ADMIN_TOKEN: it opens every endpoint but /metrics,
+	// /healthz and /readyz, which need none; empty refuses them all.
 	Token string
+	// OrdersToken is EDGE_ORDERS_TOKEN: it opens /orders only (order
+	// systems must not read review bodies); empty: only Token opens it.
+	OrdersToken string
+	// Orders serves /orders; Redrive decides review rows again (nil: those
+	// endpoints are 404).
+	Orders  OrderStore
+	Redrive Redriver
 	// Reviews serves /review (required).
 	Reviews ReviewQueue
 	// Postgres is pinged by /readyz (required).
@@ -134,6 +144,23 @@ func (a *Admin) handle(ctx *fasthttp.RequestCtx) {
 		if a.authorized(ctx) {
 			a.resolve(ctx, r.id)
 		}
+	case epReviewRedrive:
+		switch {
+		case a.cfg.Redrive == nil:
+			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
+		case a.authorized(ctx):
+			a.redrive(ctx, r.id)
+		}
+	case epOrder, epOrderEvents:
+		switch {
+		case a.cfg.Orders == nil:
+			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
+		case !a.authorized(ctx, a.cfg.OrdersToken):
+		case r.ep == epOrder:
+			a.orders(ctx, r.orderNo)
+		default:
+			a.orderEvent(ctx, r.orderNo)
+		}
 	default:
 		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
 	}
@@ -172,16 +199,22 @@ func (a *Admin) readyz(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, code, body)
 }
 
-// authorized checks the bearer token in constant time; with no token
-// configured it refuses everyone.
-func (a *Admin) authorized(ctx *fasthttp.RequestCtx) bool {
+// authorized checks the bearer token in constant time against the admin
+// token and any extra tokens the endpoint also takes; a token that is not
+// configured (empty) opens nothing, so with none configured it refuses
+// everyone.
+func (a *Admin) authorized(ctx *fasthttp.RequestCtx, extra ...string) bool {
 	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), bearerPrefix)
-	if a.cfg.Token == "" || !ok || subtle.ConstantTimeCompare(got, []byte(a.cfg.Token)) != 1 {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="notifyedge-admin"`)
-		jsonError(ctx, http.StatusUnauthorized, "missing or wrong bearer token")
-		return false
+	if ok {
+		for _, tok := range append([]string{a.cfg.Token}, extra...) {
+			if tok != "" && subtle.ConstantTimeCompare(got, []byte(tok)) == 1 {
+				return true
+			}
+		}
 	}
-	return true
+	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="notifyedge-admin"`)
+	jsonError(ctx, http.StatusUnauthorized, "missing or wrong bearer token")
+	return false
 }
 
 // reviewJSON is one review row as the contract shapes it.

@@ -32,6 +32,7 @@ const (
 	testSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	otherSecret = "whsec_c2VjcmV0LW9mLWFub3RoZXItY2hhbm5lbA=="
 	adminToken  = "admin-token-for-tests"
+	ordersToken = "orders-token-for-tests"
 )
 
 // bundle is one test's running edge: a real listener and admin listener on
@@ -157,7 +158,11 @@ func setup(t testing.TB, o options) *bundle {
 	if o.reviews != nil {
 		reviews = o.reviews(store)
 	}
-	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, Reviews: reviews, Postgres: store, Metrics: metrics,
+	otoken := ordersToken
+	if o.noTokens {
+		otoken = ""
+	}
+	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, OrdersToken: otoken, Orders: store, Redrive: srv, Reviews: reviews, Postgres: store, Metrics: metrics,
 		Draining: srv.Draining, RedisState: redisState, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)

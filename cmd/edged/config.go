@@ -24,6 +24,7 @@ type Config struct {
 	StreamURL   string
 	StreamName  string
 	AdminToken  string
+	OrdersToken string
 	Budget      time.Duration
 	MaxBody     int
 	ResultTTL   time.Duration
@@ -115,6 +116,7 @@ func ParseConfig(args, env []string) (Config, error) {
 	c.StreamURL = vars["EDGE_STREAM_URL"]
 	c.StreamName = vars["EDGE_STREAM_NAME"]
 	c.AdminToken = vars["EDGE_ADMIN_TOKEN"]
+	c.OrdersToken = vars["EDGE_ORDERS_TOKEN"]
 	if c.Channels, err = parseChannels(vars); err != nil {
 		return Config{}, err
 	}

@@ -58,6 +58,11 @@ func (m *Main) startDev(ctx context.Context) error {
 		rand.Read(tok)
 		cfg.AdminToken = hex.EncodeToString(tok)
 	}
+	if cfg.OrdersToken == "" {
+		tok := make([]byte, 16)
+		rand.Read(tok)
+		cfg.OrdersToken = hex.EncodeToString(tok)
+	}
 	return nil
 }
 
@@ -92,6 +97,7 @@ func (m *Main) printDevBanner() {
 		fmt.Fprintln(w, "  redis:    REDIS_URL")
 	}
 	fmt.Fprintf(w, "  admin:    http://%s (/metrics, /readyz, /review with Authorization: Bearer %s)\n", dialAddr(m.AdminAddr()), m.Config.AdminToken)
+	fmt.Fprintf(w, "  orders:   http://%s/orders/{order_no} with Authorization: Bearer %s\n", dialAddr(m.AdminAddr()), m.Config.OrdersToken)
 	if m.dev.secret == "" {
 		return
 	}

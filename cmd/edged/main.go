@@ -100,6 +100,7 @@ var (
 	_ edge.Pinger      = (*durable.Store)(nil)
 	_ edge.Backlog     = (*durable.Store)(nil)
 	_ edge.Cache       = (*claimcache.Cache)(nil)
+	_ edge.OrderStore  = (*durable.Store)(nil)
 )
 
 // NewMain returns a Main for cfg, logging JSON to stderr.
@@ -179,14 +180,17 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	m.admin, err = edge.NewAdmin(edge.AdminConfig{
-		Token:      cfg.AdminToken,
-		Reviews:    m.store,
-		Postgres:   m.store,
-		Metrics:    metrics,
-		Draining:   m.server.Draining,
-		RedisState: redisState,
-		RelayState: func() string { return m.relayState.Load().(string) },
-		Logger:     m.Logger,
+		Token:       cfg.AdminToken,
+		OrdersToken: cfg.OrdersToken,
+		Orders:      m.store,
+		Redrive:     m.server,
+		Reviews:     m.store,
+		Postgres:    m.store,
+		Metrics:     metrics,
+		Draining:    m.server.Draining,
+		RedisState:  redisState,
+		RelayState:  func() string { return m.relayState.Load().(string) },
+		Logger:      m.Logger,
 	})
 	if err != nil {
 		return err

@@ -54,14 +54,9 @@ func (a *Alipay) Parse(req *Request, d *Delivery) *Reject {
 	if !isMedia(req.ContentType, mediaForm) {
 		return badRequest("content-type: must be application/x-www-form-urlencoded")
 	}
-	form, err := url.ParseQuery(string(req.Body))
-	if err != nil {
-		return badRequest("body: not a form")
-	}
-	for k, vs := range form {
-		if len(vs) != 1 {
-			return badRequest("%s: repeated parameter", printable([]byte(k)))
-		}
+	form, rej := parseForm(req.Body)
+	if rej != nil {
+		return rej
 	}
 	get := func(k string) string { return form.Get(k) }
 	sig, err := base64.StdEncoding.DecodeString(get("sign"))
@@ -79,6 +74,37 @@ func (a *Alipay) Parse(req *Request, d *Delivery) *Reject {
 	if !verified {
 		return unauthorized("sign does not verify")
 	}
+	return a.mapForm(form, d)
+}
+
+// Redrive decides again a notification stored in a review row: its
+// signature was verified when it arrived (and may have expired with a key
+// rotated out since), so only the mapping runs.
+func (a *Alipay) Redrive(body []byte, d *Delivery) *Reject {
+	form, rej := parseForm(body)
+	if rej != nil {
+		return rej
+	}
+	return a.mapForm(form, d)
+}
+
+// parseForm parses the form body; a repeated parameter is refused.
+func parseForm(body []byte) (url.Values, *Reject) {
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return nil, badRequest("body: not a form")
+	}
+	for k, vs := range form {
+		if len(vs) != 1 {
+			return nil, badRequest("%s: repeated parameter", printable([]byte(k)))
+		}
+	}
+	return form, nil
+}
+
+// mapForm maps a verified notification onto the business fields.
+func (a *Alipay) mapForm(form url.Values, d *Delivery) *Reject {
+	get := func(k string) string { return form.Get(k) }
 	if cs := strings.ToLower(get("charset")); cs != "" && cs != "utf-8" {
 		return badRequest("charset: only utf-8 is supported")
 	}

@@ -219,6 +219,10 @@ type Channel interface {
 	// a *Reject for a request to refuse (401, 400, 422 merchant mismatch).
 	// It must not keep req or d's slices after it returns.
 	Parse(req *Request, d *Delivery) *Reject
+	// Redrive fills d from a body stored in a review row, as Parse would
+	// from the request that brought it, without authenticating it again:
+	// it was authenticated when it arrived, and signatures expire.
+	Redrive(body []byte, d *Delivery) *Reject
 	// Render appends the channel's acknowledgement of v to dst and returns
 	// it with the content type. It must be deterministic: replays of a
 	// stored result render byte for byte the first answer.

@@ -105,6 +105,17 @@ func (g *Generic) Parse(req *Request, d *Delivery) *Reject {
 	return nil
 }
 
+// Redrive decides again a body stored in a review row: its signature was
+// checked when it arrived (and webhook signatures expire), so only the
+// body rules run.
+func (g *Generic) Redrive(body []byte, d *Delivery) *Reject {
+	if rej := parseGenericBody(body, d); rej != nil {
+		return rej
+	}
+	d.Finish(g.name)
+	return nil
+}
+
 func (g *Generic) verify(req *Request, d *Delivery) *Reject {
 	id, ok1 := single(req.Header, headerWebhookID)
 	ts, ok2 := single(req.Header, headerWebhookTimestamp)

@@ -147,17 +147,57 @@ func (w *WeChatPay) Parse(req *Request, d *Delivery) *Reject {
 	if err := json.Unmarshal(req.Body, &n); err != nil {
 		return badRequest("body: not a WeChat Pay notification")
 	}
+	plain, rej := w.decrypt(&n)
+	if rej != nil {
+		return rej
+	}
+	return w.mapResource(req.Body, n.EventType, plain, d)
+}
+
+// Redrive decides again a notification stored in a review row: the
+// envelope with its resource decrypted in place (the form review rows
+// keep), or, from rows an earlier build wrote, still encrypted. Its
+// signature was verified when it arrived, so only the mapping runs.
+func (w *WeChatPay) Redrive(body []byte, d *Delivery) *Reject {
+	var env struct {
+		EventType string          `json:"event_type"`
+		Resource  json.RawMessage `json:"resource"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return badRequest("body: not a stored WeChat Pay notification")
+	}
+	plain := []byte(env.Resource)
+	var n wechatNotification
+	if json.Unmarshal(body, &n) == nil && n.Resource.Ciphertext != "" {
+		var rej *Reject
+		if plain, rej = w.decrypt(&n); rej != nil {
+			return rej
+		}
+	}
+	return w.mapResource(body, env.EventType, plain, d)
+}
+
+// decrypt opens the notification's resource with the APIv3 key.
+func (w *WeChatPay) decrypt(n *wechatNotification) ([]byte, *Reject) {
 	if n.Resource.Algorithm != "AEAD_AES_256_GCM" {
-		return badRequest("resource.algorithm: must be AEAD_AES_256_GCM")
+		return nil, badRequest("resource.algorithm: must be AEAD_AES_256_GCM")
 	}
 	ct, err := base64.StdEncoding.DecodeString(n.Resource.Ciphertext)
 	if err != nil || len(n.Resource.Nonce) != w.aead.NonceSize() {
-		return unauthorized("resource does not decrypt")
+		return nil, unauthorized("resource does not decrypt")
 	}
 	plain, err := w.aead.Open(nil, []byte(n.Resource.Nonce), ct, []byte(n.Resource.AssociatedData))
 	if err != nil {
-		return unauthorized("resource does not decrypt") // tampered, or another key
+		return nil, unauthorized("resource does not decrypt") // tampered, or another key
 	}
+	return plain, nil
+}
+
+// mapResource maps a decrypted transaction or refund of event eventType
+// onto the business fields; body is the envelope as received, for the
+// review row.
+func (w *WeChatPay) mapResource(body []byte, eventType string, plain []byte, d *Delivery) *Reject {
+	n := struct{ EventType string }{eventType}
 	var r wechatResource
 	if err := json.Unmarshal(plain, &r); err != nil {
 		return badRequest("resource: not a transaction or refund")
@@ -198,7 +238,7 @@ func (w *WeChatPay) Parse(req *Request, d *Delivery) *Reject {
 	if !isCurrency(d.Currency) {
 		return badRequest("amount.currency: must be three upper-case letters")
 	}
-	d.ReviewBody = reviewBody(req.Body, plain)
+	d.ReviewBody = reviewBody(body, plain)
 	d.Amount = *amount
 	d.Finish(w.cfg.Name)
 	if (w.cfg.MchID != "" && r.MchID != w.cfg.MchID) || (w.cfg.AppID != "" && r.AppID != "" && r.AppID != w.cfg.AppID) {

@@ -1,0 +1,312 @@
+package durable
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The orders API's errors.
+var (
+	// ErrOrderExists: PUT of an order that exists with another amount or
+	// currency.
+	ErrOrderExists = errors.New("durable: the order exists with another amount or currency")
+	// ErrOrderNotPending: PATCH of an order that is no longer PENDING_PAY
+	// (its amount is what was paid).
+	ErrOrderNotPending = errors.New("durable: the order is not PENDING_PAY")
+	// ErrRequestReused: an internal event's request id was used before for
+	// another event of the order.
+	ErrRequestReused = errors.New("durable: the request id was used for another event")
+)
+
+// Order is an order as the orders API shows it.
+type Order struct {
+	OrderNo        string
+	Status         State
+	Amount         int64
+	Currency       string
+	PaidBy         *string // the paying trade, nil while unknown
+	RefundedAmount int64
+	UpdatedAt      time.Time
+}
+
+// OrderHistory answers "what happened to this order?": the order, its claims
+// and outbox events still within retention, its refunds and review rows.
+type OrderHistory struct {
+	Order
+	Claims  []OrderClaim
+	Refunds []OrderRefund
+	Events  []OrderEvent
+	Reviews []OrderReview
+}
+
+// OrderClaim is one decided delivery of the order.
+type OrderClaim struct {
+	BizKey    string
+	Outcome   string // applied, skipped
+	Status    State  // the order's state it answered
+	CreatedAt time.Time
+}
+
+// OrderRefund is one recorded refund of a trade of the order.
+type OrderRefund struct {
+	Trade, RefundID string
+	Amount          int64
+	CreatedAt       time.Time
+}
+
+// OrderEvent is one outbox row of the order.
+type OrderEvent struct {
+	ID          int64
+	Topic       string
+	Payload     json.RawMessage
+	CreatedAt   time.Time
+	PublishedAt *time.Time
+}
+
+// OrderReview is one review row of the order (its body is not here: order
+// systems read orders, operators read reviews).
+type OrderReview struct {
+	ID         int64
+	Reason     ReviewReason
+	BizKey     string
+	CreatedAt  time.Time
+	ResolvedAt *time.Time
+}
+
+// PutOrder registers a PENDING_PAY order: created is true for a new order,
+// false when the same order (amount and currency) already exists, whatever
+// its state; another amount or currency is ErrOrderExists. It runs on the
+// operator pool: order systems must not take the callbacks' connections.
+func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, currency string) (created bool, err error) {
+	var gotAmount int64
+	var gotCurrency string
+	err = s.ops.QueryRow(ctx, `WITH ins AS (
+    INSERT INTO biz_order (order_no, status, amount, currency) VALUES ($1, 'PENDING_PAY', $2, $3)
+    ON CONFLICT (order_no) DO NOTHING RETURNING amount, currency, true AS created)
+SELECT amount, currency, created FROM ins
+UNION ALL
+SELECT amount, currency, false FROM biz_order WHERE order_no = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
+		orderNo, amount, currency).Scan(&gotAmount, &gotCurrency, &created)
+	if err != nil {
+		return false, wrap(ctx, "put order "+orderNo, err)
+	}
+	if gotAmount != amount || gotCurrency != currency {
+		return false, fmt.Errorf("put order %s: %w (%d %s)", orderNo, ErrOrderExists, gotAmount, gotCurrency)
+	}
+	return created, nil
+}
+
+// PatchOrder corrects the amount and currency of a PENDING_PAY order (e.g.
+// before re-driving an AMOUNT_MISMATCH). Any other state is
+// ErrOrderNotPending: the amount of a paid order is what was paid.
+func (s *Store) PatchOrder(ctx context.Context, orderNo string, amount int64, currency string) error {
+	var status *string
+	err := s.ops.QueryRow(ctx, `WITH upd AS (
+    UPDATE biz_order SET amount = $2, currency = $3, updated_at = now()
+     WHERE order_no = $1 AND status = 'PENDING_PAY' RETURNING status)
+SELECT status FROM upd
+UNION ALL
+SELECT status FROM biz_order WHERE order_no = $1 AND NOT EXISTS (SELECT 1 FROM upd)`,
+		orderNo, amount, currency).Scan(&status)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("patch order %s: %w", orderNo, ErrUnknownOrder)
+	case err != nil:
+		return wrap(ctx, "patch order "+orderNo, err)
+	case *status != string(PendingPay):
+		return fmt.Errorf("patch order %s: %w (%s)", orderNo, ErrOrderNotPending, *status)
+	}
+	return nil
+}
+
+// sqlOrderHistory reads the order and everything about it in one round
+// trip, one snapshot. Claims are found by order_no (the index
+// notify_claim_order_no_idx), refunds by order, events and reviews by
+// order.
+const sqlOrderHistory = `SELECT o.status, o.amount, o.currency, o.paid_by, o.refunded_amount, o.updated_at,
+  coalesce((SELECT jsonb_agg(jsonb_build_object('biz_key', c.biz_key, 'result', c.result_json, 'created_at', c.created_at) ORDER BY c.id)
+     FROM notify_claim c WHERE c.order_no = o.order_no AND c.claim_state = 'DONE'), '[]'),
+  coalesce((SELECT jsonb_agg(jsonb_build_object('trade', r.trade, 'refund_id', r.refund_id, 'amount', r.amount, 'created_at', r.created_at) ORDER BY r.created_at, r.trade, r.refund_id)
+     FROM trade_refund r WHERE r.order_no = o.order_no), '[]'),
+  coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.id, 'topic', e.topic, 'payload', e.payload, 'created_at', e.created_at, 'published_at', e.published_at) ORDER BY e.id)
+     FROM outbox e WHERE e.order_no = o.order_no), '[]'),
+  coalesce((SELECT jsonb_agg(jsonb_build_object('id', v.id, 'reason', v.reason, 'biz_key', v.biz_key, 'created_at', v.created_at, 'resolved_at', v.resolved_at) ORDER BY v.id)
+     FROM notify_review v WHERE v.order_no = o.order_no), '[]')
+FROM biz_order o WHERE o.order_no = $1`
+
+// OrderHistory returns the order and its history, or ErrUnknownOrder.
+func (s *Store) OrderHistory(ctx context.Context, orderNo string) (OrderHistory, error) {
+	var h OrderHistory
+	var claims, refunds, events, reviews []byte
+	var status string
+	err := s.ops.QueryRow(ctx, sqlOrderHistory, orderNo).Scan(&status, &h.Amount, &h.Currency, &h.PaidBy,
+		&h.RefundedAmount, &h.UpdatedAt, &claims, &refunds, &events, &reviews)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return OrderHistory{}, fmt.Errorf("order %s: %w", orderNo, ErrUnknownOrder)
+	}
+	if err != nil {
+		return OrderHistory{}, wrap(ctx, "order "+orderNo, err)
+	}
+	h.OrderNo, h.Status = orderNo, State(status)
+	var rawClaims []struct {
+		BizKey    string    `json:"biz_key"`
+		Result    string    `json:"result"`
+		CreatedAt time.Time `json:"created_at"`
+	}
+	var rawRefunds []struct {
+		Trade     string    `json:"trade"`
+		RefundID  string    `json:"refund_id"`
+		Amount    int64     `json:"amount"`
+		CreatedAt time.Time `json:"created_at"`
+	}
+	var rawEvents []struct {
+		ID          int64           `json:"id"`
+		Topic       string          `json:"topic"`
+		Payload     json.RawMessage `json:"payload"`
+		CreatedAt   time.Time       `json:"created_at"`
+		PublishedAt *time.Time      `json:"published_at"`
+	}
+	var rawReviews []struct {
+		ID         int64      `json:"id"`
+		Reason     string     `json:"reason"`
+		BizKey     string     `json:"biz_key"`
+		CreatedAt  time.Time  `json:"created_at"`
+		ResolvedAt *time.Time `json:"resolved_at"`
+	}
+	for _, part := range []struct {
+		raw []byte
+		v   any
+	}{{claims, &rawClaims}, {refunds, &rawRefunds}, {events, &rawEvents}, {reviews, &rawReviews}} {
+		if err := json.Unmarshal(part.raw, part.v); err != nil {
+			return OrderHistory{}, fmt.Errorf("order %s: decode history: %w", orderNo, err)
+		}
+	}
+	for _, c := range rawClaims {
+		oc := OrderClaim{BizKey: c.BizKey, CreatedAt: c.CreatedAt}
+		if r, err := ParseCanonical([]byte(c.Result)); err == nil {
+			oc.Outcome, oc.Status = r.Outcome.String(), r.Status
+		}
+		h.Claims = append(h.Claims, oc)
+	}
+	for _, r := range rawRefunds {
+		h.Refunds = append(h.Refunds, OrderRefund{Trade: r.Trade, RefundID: r.RefundID, Amount: r.Amount, CreatedAt: r.CreatedAt})
+	}
+	for _, e := range rawEvents {
+		h.Events = append(h.Events, OrderEvent{ID: e.ID, Topic: e.Topic, Payload: e.Payload, CreatedAt: e.CreatedAt, PublishedAt: e.PublishedAt})
+	}
+	for _, v := range rawReviews {
+		h.Reviews = append(h.Reviews, OrderReview{ID: v.ID, Reason: ReviewReason(v.Reason), BizKey: v.BizKey, CreatedAt: v.CreatedAt, ResolvedAt: v.ResolvedAt})
+	}
+	return h, nil
+}
+
+// InternalKey is the claim key of an internal event's request id: no
+// channel can produce it (channel names are [a-z0-9_], never "@").
+func InternalKey(orderNo, requestID string) string { return "@orders:" + orderNo + ":" + requestID }
+
+// OrderEvent applies an internal event (SHIP or CLOSE) for the merchant's
+// own systems, through the same conditional transition as every other
+// writer, and stores its answer durably under the request id: the same
+// request id again returns the first answer (Replayed), with another event
+// it is ErrRequestReused; an unknown order is ErrUnknownOrder. The claim,
+// the move and its outbox row commit together.
+func (s *Store) OrderEvent(ctx context.Context, orderNo string, e Event, requestID string) (Result, error) {
+	r, ok := eventRules[e]
+	if !ok || !r.internal || (e != Ship && e != Close) {
+		return Result{}, fmt.Errorf("%w: %q is not an order system's event (SHIP, CLOSE)", ErrInvalid, e)
+	}
+	key := InternalKey(orderNo, requestID)
+	sum := sha256.Sum256([]byte(e))
+	hash := hex.EncodeToString(sum[:])
+	var res Result
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var claimed bool
+		err := tx.QueryRow(ctx, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
+			SELECT $1::text, $2::text, $3::text, 'DONE', '' WHERE EXISTS (SELECT 1 FROM biz_order WHERE order_no = $2::text)
+			ON CONFLICT (biz_key) DO NOTHING RETURNING true`, key, orderNo, hash).Scan(&claimed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var gotHash, result string
+			err = tx.QueryRow(ctx, `SELECT payload_hash, result_json FROM notify_claim WHERE biz_key = $1`, key).Scan(&gotHash, &result)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrUnknownOrder
+			}
+			if err != nil {
+				return err
+			}
+			if gotHash != hash {
+				return ErrRequestReused
+			}
+			if res, err = ParseCanonical([]byte(result)); err != nil {
+				return err
+			}
+			res.Replayed = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var found, applied bool
+		var from, status *string
+		if err := tx.QueryRow(ctx, sqlTransition, orderNo, string(e), r.from, r.act, r.to, r.topic).
+			Scan(&found, &applied, &from, &status); err != nil {
+			return err
+		}
+		if !found {
+			return ErrUnknownOrder // deleted meanwhile: roll the claim back too
+		}
+		res = Result{Outcome: Skipped, Status: State(*status)}
+		if applied {
+			res.Outcome = Applied
+		}
+		res.Canonical = CanonicalJSON(res.Outcome, res.Status)
+		_, err = tx.Exec(ctx, `UPDATE notify_claim SET result_json = $2 WHERE biz_key = $1`, key, string(res.Canonical))
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrUnknownOrder), errors.Is(err, ErrRequestReused):
+		return Result{}, fmt.Errorf("order %s event %s request %s: %w", orderNo, e, requestID, err)
+	case err != nil:
+		return Result{}, wrap(ctx, fmt.Sprintf("order %s event %s", orderNo, e), err)
+	}
+	if res.Outcome == Applied && !res.Replayed {
+		s.poke()
+	}
+	return res, nil
+}
+
+// Review returns one review row, or ErrReviewNotFound.
+func (s *Store) Review(ctx context.Context, id int64) (Review, error) {
+	rows, err := s.ops.Query(ctx, `SELECT `+reviewColumns+` FROM notify_review WHERE id = $1::bigint`, id)
+	if err != nil {
+		return Review{}, wrap(ctx, "review", err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanReview)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Review{}, fmt.Errorf("review %d: %w", id, ErrReviewNotFound)
+	}
+	if err != nil {
+		return Review{}, wrap(ctx, "review", err)
+	}
+	return r, nil
+}
+
+// ResolveRedriven records that an operator's re-drive settled review row
+// id: resolved by that operator with resolution, also when deciding the
+// delivery again already closed the row by itself (resolved_by
+// 'notifyedge', moments before): the re-drive is what cleared it.
+func (s *Store) ResolveRedriven(ctx context.Context, id int64, resolution, by string) error {
+	_, err := s.ops.Exec(ctx, `UPDATE notify_review
+   SET resolved_at = coalesce(resolved_at, now()), resolution = $2, resolved_by = $3
+ WHERE id = $1::bigint AND (resolved_at IS NULL OR resolved_by = 'notifyedge')`, id, resolution, by)
+	if err != nil {
+		return wrap(ctx, "resolve re-driven review", err)
+	}
+	return nil
+}

@@ -1,0 +1,301 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/edge/channel"
+)
+
+// OrderStore is what the orders API reads and writes. *durable.Store
+// satisfies it.
+type OrderStore interface {
+	PutOrder(ctx context.Context, orderNo string, amount int64, currency string) (created bool, err error)
+	PatchOrder(ctx context.Context, orderNo string, amount int64, currency string) error
+	OrderHistory(ctx context.Context, orderNo string) (durable.OrderHistory, error)
+	OrderEvent(ctx context.Context, orderNo string, e durable.Event, requestID string) (durable.Result, error)
+}
+
+// Redriver decides a stored delivery again. *Server satisfies it.
+type Redriver interface {
+	Redrive(ctx context.Context, channelName string, body []byte) (channel.Verdict, Outcome, error)
+}
+
+// adminTimeout bounds an admin call to Postgres (the operator pool has its
+// own statement timeout besides).
+const adminTimeout = 5 * time.Second
+
+// orderJSON is an order as GET /orders/{order_no} shows it.
+type orderJSON struct {
+	OrderNo        string         `json:"order_no"`
+	Status         string         `json:"status"`
+	Amount         int64          `json:"amount"`
+	Currency       string         `json:"currency"`
+	PaidBy         *string        `json:"paid_by"`
+	RefundedAmount int64          `json:"refunded_amount"`
+	UpdatedAt      time.Time      `json:"updated_at"`
+	Claims         []claimJSON    `json:"claims"`
+	Refunds        []refundJSON   `json:"refunds"`
+	Events         []eventJSON    `json:"events"`
+	Reviews        []orderRevJSON `json:"reviews"`
+}
+
+type claimJSON struct {
+	BizKey    string    `json:"biz_key"`
+	Outcome   string    `json:"outcome"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+type refundJSON struct {
+	Trade     string    `json:"trade"`
+	RefundID  string    `json:"refund_id"`
+	Amount    int64     `json:"amount"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+type eventJSON struct {
+	ID          int64           `json:"id"`
+	Topic       string          `json:"topic"`
+	Payload     json.RawMessage `json:"payload"`
+	CreatedAt   time.Time       `json:"created_at"`
+	PublishedAt *time.Time      `json:"published_at"`
+}
+
+type orderRevJSON struct {
+	ID         int64      `json:"id"`
+	Reason     string     `json:"reason"`
+	BizKey     string     `json:"biz_key"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ResolvedAt *time.Time `json:"resolved_at"`
+}
+
+func toOrderJSON(h durable.OrderHistory) orderJSON {
+	o := orderJSON{OrderNo: h.OrderNo, Status: string(h.Status), Amount: h.Amount, Currency: h.Currency,
+		PaidBy: h.PaidBy, RefundedAmount: h.RefundedAmount, UpdatedAt: h.UpdatedAt.UTC(),
+		Claims: []claimJSON{}, Refunds: []refundJSON{}, Events: []eventJSON{}, Reviews: []orderRevJSON{}}
+	for _, c := range h.Claims {
+		o.Claims = append(o.Claims, claimJSON{c.BizKey, c.Outcome, string(c.Status), c.CreatedAt.UTC()})
+	}
+	for _, r := range h.Refunds {
+		o.Refunds = append(o.Refunds, refundJSON{r.Trade, r.RefundID, r.Amount, r.CreatedAt.UTC()})
+	}
+	for _, e := range h.Events {
+		o.Events = append(o.Events, eventJSON{e.ID, e.Topic, e.Payload, e.CreatedAt.UTC(), utcPtr(e.PublishedAt)})
+	}
+	for _, v := range h.Reviews {
+		o.Reviews = append(o.Reviews, orderRevJSON{v.ID, string(v.Reason), v.BizKey, v.CreatedAt.UTC(), utcPtr(v.ResolvedAt)})
+	}
+	return o
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// orderFields are the body of PUT and PATCH, checked by the callback body's
+// rules: amount an integer literal [1-9][0-9]* at most 2^53-1, currency
+// [A-Z]{3}.
+func orderFields(body []byte) (amount int64, currency string, err error) {
+	var req struct {
+		Amount   json.RawMessage `json:"amount"`
+		Currency string          `json:"currency"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		return 0, "", errors.New(`body: must be {"amount":1999,"currency":"CNY"}`)
+	}
+	a := string(req.Amount)
+	if a == "" || a[0] < '1' || a[0] > '9' || len(a) > 16 {
+		return 0, "", errors.New("amount: must be a positive integer in minor units, at most 2^53-1")
+	}
+	n, perr := strconv.ParseInt(a, 10, 64)
+	if perr != nil || n > 1<<53-1 {
+		return 0, "", errors.New("amount: must be a positive integer in minor units, at most 2^53-1")
+	}
+	if len(req.Currency) != 3 || strings.ToUpper(req.Currency) != req.Currency || strings.IndexFunc(req.Currency, func(r rune) bool { return r < 'A' || r > 'Z' }) >= 0 {
+		return 0, "", errors.New("currency: must be three upper-case letters")
+	}
+	return n, req.Currency, nil
+}
+
+// validID is the rule of order numbers and request ids: 1 to 64
+// printable ASCII characters.
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// orders serves /orders/{order_no} (PUT, PATCH, GET, HEAD).
+func (a *Admin) orders(ctx *fasthttp.RequestCtx, orderNo string) {
+	if !validID(orderNo) {
+		jsonError(ctx, http.StatusBadRequest, "order_no: must be 1 to 64 printable ASCII characters")
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	code := http.StatusOK
+	switch {
+	case ctx.IsPut():
+		amount, currency, err := orderFields(ctx.PostBody())
+		if err != nil {
+			jsonError(ctx, http.StatusBadRequest, err.Error())
+			return
+		}
+		created, err := a.cfg.Orders.PutOrder(rctx, orderNo, amount, currency)
+		switch {
+		case errors.Is(err, durable.ErrOrderExists):
+			code = http.StatusConflict
+		case err != nil:
+			a.unavailable(ctx, "put order", err)
+			return
+		case created:
+			code = http.StatusCreated
+		}
+	case ctx.IsPatch():
+		amount, currency, err := orderFields(ctx.PostBody())
+		if err != nil {
+			jsonError(ctx, http.StatusBadRequest, err.Error())
+			return
+		}
+		switch err := a.cfg.Orders.PatchOrder(rctx, orderNo, amount, currency); {
+		case errors.Is(err, durable.ErrUnknownOrder):
+			jsonError(ctx, http.StatusNotFound, "no such order")
+			return
+		case errors.Is(err, durable.ErrOrderNotPending):
+			code = http.StatusConflict
+		case err != nil:
+			a.unavailable(ctx, "patch order", err)
+			return
+		}
+	}
+	h, err := a.cfg.Orders.OrderHistory(rctx, orderNo)
+	switch {
+	case errors.Is(err, durable.ErrUnknownOrder):
+		jsonError(ctx, http.StatusNotFound, "no such order")
+	case err != nil:
+		a.unavailable(ctx, "order history", err)
+	default:
+		writeJSON(ctx, code, toOrderJSON(h))
+	}
+}
+
+// orderEvent serves POST /orders/{order_no}/events.
+func (a *Admin) orderEvent(ctx *fasthttp.RequestCtx, orderNo string) {
+	var req struct {
+		Event     string `json:"event"`
+		RequestID string `json:"request_id"`
+	}
+	if err := decodeStrict(ctx.PostBody(), &req); err != nil || (req.Event != string(durable.Ship) && req.Event != string(durable.Close)) {
+		jsonError(ctx, http.StatusBadRequest, `body: must be {"event":"SHIP"|"CLOSE","request_id":"..."}`)
+		return
+	}
+	if !validID(req.RequestID) || !validID(orderNo) {
+		jsonError(ctx, http.StatusBadRequest, "request_id, order_no: must be 1 to 64 printable ASCII characters")
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	res, err := a.cfg.Orders.OrderEvent(rctx, orderNo, durable.Event(req.Event), req.RequestID)
+	switch {
+	case errors.Is(err, durable.ErrUnknownOrder):
+		jsonError(ctx, http.StatusNotFound, "no such order")
+	case errors.Is(err, durable.ErrRequestReused):
+		jsonError(ctx, http.StatusConflict, "request_id already used for another event of this order")
+	case err != nil:
+		a.unavailable(ctx, "order event", err)
+	default:
+		if res.Replayed {
+			ctx.Response.Header.Set(headerReplayed, "true")
+		}
+		writeJSON(ctx, http.StatusOK, struct {
+			Outcome string `json:"outcome"`
+			Status  string `json:"status"`
+		}{res.Outcome.String(), string(res.Status)})
+	}
+}
+
+// redrivable are the review reasons whose cause an operator can fix after
+// the channel stopped retrying: the held delivery may then be decided
+// again.
+var redrivable = map[durable.ReviewReason]bool{
+	durable.ReviewUnknownOrder:   true,
+	durable.ReviewAmountMismatch: true,
+	durable.ReviewRefundExceeds:  true,
+}
+
+// redrive serves POST /review/{id}/redrive.
+func (a *Admin) redrive(ctx *fasthttp.RequestCtx, id int64) {
+	var req struct {
+		By string `json:"by"`
+	}
+	if err := decodeStrict(ctx.PostBody(), &req); err != nil || req.By == "" || strings.ContainsRune(req.By, 0) {
+		jsonError(ctx, http.StatusBadRequest, `body: must be {"by":"..."}, non-empty`)
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	r, err := a.cfg.Reviews.Review(rctx, id)
+	switch {
+	case errors.Is(err, durable.ErrReviewNotFound):
+		jsonError(ctx, http.StatusNotFound, "no such review")
+		return
+	case err != nil:
+		a.unavailable(ctx, "review", err)
+		return
+	case r.ResolvedAt != nil:
+		jsonError(ctx, http.StatusConflict, "review already resolved")
+		return
+	case !redrivable[r.Reason]:
+		jsonError(ctx, http.StatusConflict, "only UNKNOWN_ORDER, AMOUNT_MISMATCH and REFUND_EXCEEDS rows can be re-driven")
+		return
+	}
+	channelName, _, _ := strings.Cut(r.BizKey, ":")
+	v, o, err := a.cfg.Redrive.Redrive(rctx, channelName, []byte(r.RawBody))
+	switch {
+	case errors.Is(err, ErrNoChannel):
+		jsonError(ctx, http.StatusConflict, "the row's channel is not configured on this node")
+		return
+	case err != nil:
+		a.unavailable(ctx, "redrive", err)
+		return
+	}
+	if v.Success {
+		resolution := "re-driven: " + v.Outcome
+		if err := a.cfg.Reviews.ResolveRedriven(rctx, id, resolution, req.By); err != nil {
+			a.unavailable(ctx, "resolve re-driven review", err)
+			return
+		}
+	}
+	a.log.Info("review re-driven", "id", id, "biz_key", r.BizKey, "outcome", o.String(), "by", req.By)
+	writeJSON(ctx, http.StatusOK, struct {
+		HTTP    int    `json:"http"`
+		Code    string `json:"code"`
+		Outcome string `json:"outcome,omitempty"`
+		Status  string `json:"status,omitempty"`
+	}{v.HTTP, v.Code(), v.Outcome, v.Status})
+}
+
+// unavailable answers 503 for a failed Postgres call and logs it.
+func (a *Admin) unavailable(ctx *fasthttp.RequestCtx, op string, err error) {
+	a.log.Error(op, "error", err)
+	jsonError(ctx, http.StatusServiceUnavailable, "temporarily unavailable; retry")
+}
