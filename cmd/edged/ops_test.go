@@ -54,24 +54,8 @@ func runEdged(t *testing.T, bin string, args, env []string) *proc {
 	}
 	p := &proc{cmd: cmd, exited: make(chan struct{})}
 	ready := make(chan [2]string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.stderr.WriteString(line + "\n")
-			p.mu.Unlock()
-			var start struct{ Msg, Listen, Admin string }
-			if json.Unmarshal([]byte(line), &start) == nil && start.Msg == "edged listening" {
-				ready <- [2]string{start.Listen, start.Admin}
-			}
-		}
-	}()
-	go func() {
-		p.exitErr = cmd.Wait()
-		close(p.exited)
-	}()
+	go p.scan(pipe, ready)
+	go p.wait()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-p.exited
@@ -85,6 +69,29 @@ func runEdged(t *testing.T, bin string, args, env []string) *proc {
 		t.Fatalf("edged did not start\n%s", p.log())
 	}
 	return p
+}
+
+// scan keeps every stderr line and hands over the two addresses of the
+// start line.
+func (p *proc) scan(pipe io.Reader, ready chan<- [2]string) {
+	sc := bufio.NewScanner(pipe)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		p.mu.Lock()
+		p.stderr.WriteString(line + "\n")
+		p.mu.Unlock()
+		var start struct{ Msg, Listen, Admin string }
+		if json.Unmarshal([]byte(line), &start) == nil && start.Msg == "edged listening" {
+			ready <- [2]string{start.Listen, start.Admin}
+		}
+	}
+}
+
+// wait records the exit and closes exited.
+func (p *proc) wait() {
+	p.exitErr = p.cmd.Wait()
+	close(p.exited)
 }
 
 // callback delivers a fresh signed payment of order no on a connection of

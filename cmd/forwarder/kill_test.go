@@ -42,7 +42,7 @@ func TestBinarySIGKILL(t *testing.T) {
 	type proc struct {
 		cmd    *exec.Cmd
 		admin  string
-		exited chan struct{}
+		exited <-chan struct{}
 	}
 	startProc := func(name string) proc {
 		t.Helper()
@@ -62,8 +62,7 @@ func TestBinarySIGKILL(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); logFile.Close(); close(exited) }()
+		exited := waitClosed(cmd, logFile)
 		t.Cleanup(func() { cmd.Process.Kill(); <-exited })
 		return proc{cmd: cmd, admin: admin, exited: exited}
 	}
@@ -163,4 +162,12 @@ func metric(addr, series string) string {
 		}
 	}
 	return ""
+}
+
+// waitClosed waits for cmd on a goroutine of its own, then closes log; the
+// returned channel closes when both are done.
+func waitClosed(cmd *exec.Cmd, log io.Closer) <-chan struct{} {
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); log.Close(); close(exited) }()
+	return exited
 }
