@@ -147,6 +147,7 @@ type tally struct {
 	mu       sync.Mutex
 	codes    map[int]int
 	errors   int
+	firstErr string // the first transport error, to name in a failure
 	replayed int
 	success  map[string]bool
 }
@@ -161,6 +162,9 @@ func (t *tally) add(p payment, code int, body []byte, replayed bool, err error) 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
+		if t.errors == 0 {
+			t.firstErr = err.Error()
+		}
 		t.errors++
 		return
 	}

@@ -15,6 +15,7 @@ import (
 
 var palette = []color.Color{
 	color.RGBA{31, 119, 180, 255}, color.RGBA{255, 127, 14, 255}, color.RGBA{44, 160, 44, 255}, color.RGBA{214, 39, 40, 255},
+	color.RGBA{148, 103, 189, 255}, color.RGBA{140, 86, 75, 255},
 }
 
 // WritePlots draws the open-loop (constant-rate) attacks: latency over time

@@ -100,6 +100,8 @@ type Report struct {
 	// the scenarios (our own stack only).
 	RedisBytesPerKey float64  `json:"redis_bytes_per_key,omitempty"`
 	Plots            []string `json:"plots,omitempty"`
+	// Retention is the retention rows' figures (when they ran).
+	Retention *RetentionFigures `json:"retention,omitempty"`
 }
 
 // ErrInvariant marks a run in which the database broke an invariant.
@@ -122,6 +124,8 @@ type env struct {
 	rssPeak float64             // the bench process's, in MiB
 	servers map[endpoint]string // the ceilings' in-process servers
 	closers []func()
+	// retention is the retention rows' shared state (nil until they run).
+	retention *retentionRun
 }
 
 // Run starts a stack with fsync on, runs every scenario and ceiling, checks
@@ -172,6 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	for _, s := range scenarios {
 		if err := e.attack(ctx, rep, s, true); err != nil {
+			rep.Retention = e.retentionFigures(rep) // what the retention rows found, if they failed
 			return rep, err
 		}
 	}
@@ -192,6 +197,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
+	rep.Retention = e.retentionFigures(rep)
 	rep.RSSMiB = e.rssPeak
 	if e.st != nil {
 		rep.EdgeRSSMiB = peakRSSMiB(e.st.edge.pid())
@@ -253,6 +259,9 @@ func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool)
 		if bad > 0 {
 			r.Check = fmt.Sprintf("FAILED: %d answers not 200", bad)
 			err = fmt.Errorf("%w: %s: %d answers not 200", ErrInvariant, r.Name, bad)
+			if t.firstErr != "" {
+				err = fmt.Errorf("%w (%d transport errors, the first: %s)", err, r.Errors, t.firstErr)
+			}
 		}
 	}
 	rep.Rows = append(rep.Rows, r)
@@ -353,7 +362,10 @@ func openLoopWorkers(ctx context.Context, tg *Target, name, base string, perSec,
 	}
 	// A transport of our own, closed after the attack: idle keep-alive
 	// connections left behind would pile up across attacks on the edge.
-	tr := &http.Transport{MaxIdleConnsPerHost: maxWorkers, MaxConnsPerHost: maxWorkers, IdleConnTimeout: 5 * time.Second}
+	// Idle connections are dropped a second before the edge's 5 s idle
+	// timeout: at the same 5 s, a request could go out on a connection the
+	// edge is closing, and fail (a POST is not retried).
+	tr := &http.Transport{MaxIdleConnsPerHost: maxWorkers, MaxConnsPerHost: maxWorkers, IdleConnTimeout: 4 * time.Second}
 	defer tr.CloseIdleConnections()
 	attacker := vegeta.NewAttacker(vegeta.Workers(uint64(min(64, maxWorkers))), vegeta.MaxWorkers(uint64(maxWorkers)),
 		vegeta.Client(&http.Client{Transport: tr, Timeout: 5 * time.Second}))

@@ -55,6 +55,12 @@ var scenarios = []scenario{
 	// Redis stopped halfway through a hot-duplicate load.
 	{name: "redis-down (killed at 1/2)", to: edgeCacheOn, ownStack: true, drive: closedLoopWorkers, source: hot,
 		setup: killRedisHalfway, after: restartRedis},
+	// First deliveries over a backlog of 1M expired claims, then while the
+	// retention loop deletes it (retention.go); ownStack: it deletes claims.
+	{name: retentionBefore, to: edgeCacheOn, ownStack: true, drive: atPeakShare("first", 0.5), source: fresh,
+		setup: seedExpiredClaims},
+	{name: retentionDuring, to: edgeCacheOn, ownStack: true, drive: untilDeleted("first", 0.5), source: fresh,
+		setup: startRetention, after: finishRetention},
 }
 
 // ceilings are the limits the scenarios are read against: the same
@@ -133,16 +139,21 @@ func closedLoopWorkers(ctx context.Context, e *env, s scenario, url string, t *t
 // closed-loop req/s in this run (Config.Rate, if set, instead).
 func atPeakShare(of string, share float64) driver {
 	return func(ctx context.Context, e *env, s scenario, url string, t *tally) (Row, error) {
-		perSec := e.cfg.Rate
-		if perSec <= 0 {
-			peak, ok := e.peaks[of]
-			if !ok {
-				peak = defaultPeaks[of]
-			}
-			perSec = max(int(peak*share*e.share), 10)
-		}
-		return openLoop(ctx, e.tg, s.name, url, perSec, e.cfg.Duration, s.source(e.pool), t, e.cfg.Progress), nil
+		return openLoop(ctx, e.tg, s.name, url, e.rateAt(of, share), e.cfg.Duration, s.source(e.pool), t, e.cfg.Progress), nil
 	}
+}
+
+// rateAt is share of the named scenario's closed-loop req/s in this run
+// (Config.Rate, if set, instead).
+func (e *env) rateAt(of string, share float64) int {
+	if e.cfg.Rate > 0 {
+		return e.cfg.Rate
+	}
+	peak, ok := e.peaks[of]
+	if !ok {
+		peak = defaultPeaks[of]
+	}
+	return max(int(peak*share*e.share), 10)
 }
 
 // vegetaMax is vegeta as fast as it goes with Config.Workers workers: the

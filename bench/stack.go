@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -115,6 +116,9 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	ok = true
 	return s, nil
 }
+
+// PostgresLog is the path of the stack's Postgres server log.
+func (s *Stack) PostgresLog() string { return filepath.Join(s.cluster.Dir(), "postgres.log") }
 
 // Close stops everything StartStack started, newest first.
 func (s *Stack) Close() {

@@ -33,13 +33,18 @@ func (r *Report) Ratios() []Ratio {
 		}
 		return x.ReqPerSec / y.ReqPerSec
 	}
-	return []Ratio{
+	out := []Ratio{
 		{"hotdup (cache on) / fasthttp + SET NX GET ceiling", div("hotdup (cache on)", "ceiling: fasthttp + SET NX GET"), ">= 0.85"},
 		{"first / raw pgx pipelined (no HTTP)", div("first", "ceiling: raw pgx pipelined"), ">= 0.75"},
 		{"hotdup cache on / cache off", div("hotdup (cache on)", "hotdup (cache off)"), "as measured"},
 		{"fasthttp edge / net/http edge (hotdup)", div("hotdup (cache on)", "hotdup (net/http edge)"), ">= 1.3"},
 		{"closed-loop driver / vegeta, both vs no-op", div("ceiling: no-op fasthttp", "ceiling: vegeta vs no-op"), "the generators' ceilings"},
 	}
+	if r.Retention != nil {
+		// Latency, not throughput: the retention rows run at one rate.
+		out = append(out, Ratio{"retention: p99 while deleting / p99 without", r.Retention.Ratio, "<= 1.2"})
+	}
+	return out
 }
 
 // Table renders the run for a terminal and the README.
@@ -108,6 +113,9 @@ func (r *Report) Table() string {
 	}
 	if r.RedisBytesPerKey > 0 {
 		fmt.Fprintf(&b, "cache Redis after the scenarios: %.0f bytes of used_memory per key (stream and baseline included)\n", r.RedisBytesPerKey)
+	}
+	if f := r.Retention; f != nil {
+		b.WriteString(f.table())
 	}
 	return b.String()
 }

@@ -96,7 +96,25 @@ type Config struct {
 	// how long it is kept.
 	LocalEntries int
 	LocalTTL     time.Duration
-	// OnError is called with every Redis error or timeout (for a metric).
+	// Epoch, when set, names the database the entries mirror (Postgres is
+	// the authority; durable.Store.CacheEpoch): it is part of every Redis
+	// key, "ne:<epoch>:{<biz_key>}", so that entries written against a
+	// database that has since been restored, promoted or repaired by hand
+	// never answer for its successor. New reads it once; then it is read
+	// about once a second in the background (requests only load it
+	// atomically), and when it changes the local table is emptied and new
+	// keys carry the new epoch (the old entries expire by their TTL). A
+	// failed read keeps the last epoch and goes to OnError (wrapping
+	// ErrEpoch); until a first read succeeds, every call returns
+	// ErrNoEpoch. nil: no epoch, keys are "ne:{<biz_key>}". An epoch may not
+	// hold braces (they would move the cluster hash tag). Call Close to
+	// stop the reads.
+	Epoch func(ctx context.Context) (string, error)
+	// OnEpoch is called with the epoch when the cache first knows it and
+	// whenever it changes (for a log line).
+	OnEpoch func(epoch string)
+	// OnError is called with every Redis error or timeout, and every failed
+	// read of the epoch (for a metric).
 	OnError func(error)
 	// OnBreaker is called when the breaker opens (true) or closes (false).
 	OnBreaker func(open bool)
@@ -115,6 +133,15 @@ type Cache struct {
 	node       [8]byte // random per process: owner tokens are node + counter
 	seq        atomic.Uint64
 
+	// The cache epoch: nil until known (then calls return ErrNoEpoch).
+	epoch       atomic.Pointer[epochState]
+	epochMu     sync.Mutex // serializes switches
+	epochFn     func(context.Context) (string, error)
+	onEpoch     func(string)
+	stopRefresh context.CancelFunc // nil without Config.Epoch
+	refreshDone chan struct{}
+	closeOnce   sync.Once
+
 	// The readiness probe: a PING at most once a second, so that /readyz
 	// tells a dead Redis before traffic trips the breaker.
 	probedAt atomic.Int64 // unix nanos of the last probe
@@ -127,7 +154,9 @@ const (
 	probeTimeout = 100 * time.Millisecond
 )
 
-// New returns a Cache for cfg.
+// New returns a Cache for cfg. With Config.Epoch it reads the epoch once
+// (for at most a second) and starts reading it in the background: Close
+// the cache when done.
 func New(cfg Config) (*Cache, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("claimcache: no Client")
@@ -150,6 +179,15 @@ func New(cfg Config) (*Cache, error) {
 	if _, err := rand.Read(c.node[:]); err != nil {
 		return nil, fmt.Errorf("claimcache: node id: %w", err)
 	}
+	if cfg.Epoch == nil {
+		c.epoch.Store(noEpoch)
+		return c, nil
+	}
+	c.epochFn, c.onEpoch = cfg.Epoch, cfg.OnEpoch
+	ctx, stop := context.WithCancel(context.Background())
+	c.stopRefresh, c.refreshDone = stop, make(chan struct{})
+	_ = c.readEpoch(ctx) // a failure went to OnError; the refresher tries again
+	go c.refreshEpoch(ctx)
 	return c, nil
 }
 
@@ -195,11 +233,6 @@ const (
 	headerSize = 1 + len(Digest{})
 )
 
-// redisKey is the entry's key for an idempotency key.
-func redisKey(key []byte) string {
-	return keyPrefix + string(key) + keySuffix
-}
-
 func (c *Cache) newToken() Token {
 	var t Token
 	copy(t[:8], c.node[:])
@@ -233,8 +266,12 @@ func (c *Cache) call(f func() error) error {
 // Claim claims key for a delivery with digest d, or finds what is there, in
 // one round trip (SET NX GET). key is read during the call only.
 func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error) {
+	st, err := c.state()
+	if err != nil {
+		return Result{}, fmt.Errorf("claim: %w", err)
+	}
 	if c.local != nil {
-		if e, ok := c.local.get(key); ok {
+		if e, ok := c.local.get(key, st.gen); ok {
 			if e.digest == d {
 				return Result{Verdict: Done, Response: e.response}, nil
 			}
@@ -247,8 +284,8 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 	*bp = pendingValue((*bp)[:0], d, tok)
 	var old string
 	var found bool
-	err := c.call(func() error {
-		cmd := c.client.SetArgs(ctx, redisKey(key), *bp, redis.SetArgs{Mode: "NX", Get: true, TTL: c.pendingTTL})
+	err = c.call(func() error {
+		cmd := c.client.SetArgs(ctx, st.key(key), *bp, redis.SetArgs{Mode: "NX", Get: true, TTL: c.pendingTTL})
 		v, err := cmd.Result()
 		if err == nil {
 			old, found = v, true
@@ -266,7 +303,7 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 		return Result{Verdict: Won, Token: tok}, nil // our own write, seen again
 	}
 	if r.Verdict == Done && c.local != nil {
-		c.local.put(key, d, r.Response)
+		c.local.put(key, st.gen, d, r.Response)
 	}
 	return r, nil
 }
@@ -289,8 +326,12 @@ func classify(v string, d Digest) Result {
 // owner is gone or slow (Busy: go to Postgres, which blocks on its unique
 // index and replays).
 func (c *Cache) Wait(ctx context.Context, key []byte, d Digest) (Result, error) {
+	st, err := c.state()
+	if err != nil {
+		return Result{}, fmt.Errorf("wait: %w", err)
+	}
 	deadline := time.Now().Add(c.waitBudget)
-	rk := redisKey(key)
+	rk := st.key(key)
 	for pause := time.Millisecond; ; pause = min(2*pause, 16*time.Millisecond) {
 		if time.Until(deadline) < pause {
 			return Result{Verdict: Busy}, nil
@@ -325,31 +366,39 @@ func (c *Cache) Wait(ctx context.Context, key []byte, d Digest) (Result, error) 
 // (the first answer is never replaced). Call it only after Postgres
 // committed a DONE result for (key, d).
 func (c *Cache) Complete(ctx context.Context, key []byte, d Digest, response []byte) error {
+	st, err := c.state()
+	if err != nil {
+		return fmt.Errorf("complete: %w", err)
+	}
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
 	v := append((*bp)[:0], kindDone)
 	v = append(v, d[:]...)
 	v = append(v, response...)
 	*bp = v
-	err := c.call(func() error {
-		return completeScript.Run(ctx, c.client, []string{redisKey(key)}, v, c.resultMS).Err()
+	err = c.call(func() error {
+		return completeScript.Run(ctx, c.client, []string{st.key(key)}, v, c.resultMS).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("complete: %w", err)
 	}
 	if c.local != nil {
-		c.local.put(key, d, string(response)) // committed: this is the key's answer
+		c.local.put(key, st.gen, d, string(response)) // committed: this is the key's answer
 	}
 	return nil
 }
 
 // Abort deletes the key if it still holds this owner's pending entry.
 func (c *Cache) Abort(ctx context.Context, key []byte, d Digest, t Token) error {
+	st, err := c.state()
+	if err != nil {
+		return fmt.Errorf("abort: %w", err)
+	}
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
 	*bp = pendingValue((*bp)[:0], d, t)
-	err := c.call(func() error {
-		return abortScript.Run(ctx, c.client, []string{redisKey(key)}, *bp).Err()
+	err = c.call(func() error {
+		return abortScript.Run(ctx, c.client, []string{st.key(key)}, *bp).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("abort: %w", err)
@@ -357,12 +406,12 @@ func (c *Cache) Abort(ctx context.Context, key []byte, d Digest, t Token) error 
 	return nil
 }
 
-// State is "ok", or "degraded" while the breaker is open or Redis does not
-// answer a PING. The PING is sent at most once a second, whoever asks how
-// often (the caller is a readiness probe); in between the last answer
-// stands.
+// State is "ok", or "degraded" while the breaker is open, Redis does not
+// answer a PING or no epoch is known yet. The PING is sent at most once a
+// second, whoever asks how often (the caller is a readiness probe); in
+// between the last answer stands.
 func (c *Cache) State() string {
-	if c.breaker.isOpen() {
+	if c.breaker.isOpen() || c.epoch.Load() == nil {
 		return "degraded"
 	}
 	now := time.Now().UnixNano()

@@ -85,6 +85,7 @@ func newCache(t *testing.T, url string, cfg claimcache.Config) *claimcache.Cache
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	return c
 }
 

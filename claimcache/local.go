@@ -13,6 +13,12 @@ import (
 // verdict or after Complete, and bounded: each shard evicts its oldest
 // entry (FIFO) when full. An entry past its TTL is replaced by the next put
 // of its key and counts from then on as the shard's newest.
+//
+// Its entries belong to one cache epoch (see Config.Epoch), numbered by a
+// generation: reset empties the table for a new one, and get and put name
+// the generation their caller's request runs under, so that a request that
+// read the epoch before a change can neither answer from the new
+// generation's shards nor leave an entry of the old one behind in them.
 type local struct {
 	ttl    time.Duration
 	seed   maphash.Seed
@@ -30,6 +36,7 @@ type localShard struct {
 	order []localSlot
 	seq   uint64 // stamps each insertion
 	max   int
+	gen   uint64 // the epoch generation the entries belong to
 }
 
 type localSlot struct {
@@ -58,11 +65,12 @@ func (l *local) shard(key []byte) *localShard {
 	return &l.shards[maphash.Bytes(l.seed, key)%uint64(len(l.shards))]
 }
 
-// get returns the done entry of key, if held and fresh.
-func (l *local) get(key []byte) (localEntry, bool) {
+// get returns the done entry of key, if held, fresh and of generation gen.
+func (l *local) get(key []byte, gen uint64) (localEntry, bool) {
 	s := l.shard(key)
 	s.mu.Lock()
 	e, ok := s.m[string(key)] // no allocation: the compiler converts in place
+	ok = ok && s.gen == gen
 	s.mu.Unlock()
 	if !ok || time.Now().UnixNano() > e.expires {
 		return localEntry{}, false
@@ -70,14 +78,18 @@ func (l *local) get(key []byte) (localEntry, bool) {
 	return e, true
 }
 
-// put records a done entry. The first one for a key wins, like Redis's,
+// put records a done entry read or written under generation gen (dropped
+// if the shard holds another). The first one for a key wins, like Redis's,
 // until it expires; then this one replaces it, or a hot key would go to
 // Redis on every request until FIFO eviction reached it.
-func (l *local) put(key []byte, d Digest, response string) {
+func (l *local) put(key []byte, gen uint64, d Digest, response string) {
 	s := l.shard(key)
 	now := time.Now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.gen != gen {
+		return
+	}
 	old, replacing := s.m[string(key)]
 	if replacing && now <= old.expires {
 		return
@@ -93,6 +105,21 @@ func (l *local) put(key []byte, d Digest, response string) {
 	s.order = append(s.order, localSlot{key: k, seq: s.seq})
 	if len(s.order) > 2*s.max {
 		s.compact()
+	}
+}
+
+// reset empties the table for generation gen, one shard at a time: until
+// a shard is reset it answers no request of gen, and takes no entry of the
+// generation before once it is.
+func (l *local) reset(gen uint64) {
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		clear(s.m)
+		clear(s.order) // the backing array must not keep the keys alive
+		s.order = s.order[:0]
+		s.gen = gen
+		s.mu.Unlock()
 	}
 }
 

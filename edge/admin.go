@@ -58,9 +58,15 @@ type AdminConfig struct {
 	Metrics *Metrics
 	// Draining reports a drain in progress: /readyz then answers 503.
 	Draining func() bool
+	// Starting reports that the process still waits for Postgres at start:
+	// /readyz then answers 503 with "postgres":"starting" (not "down").
+	Starting func() bool
 	// RedisState and RelayState report "ok"/"degraded"/"off" and
 	// "running"/"standby"/"off" for /readyz (nil: "off").
 	RedisState, RelayState func() string
+	// CacheEpoch bumps the cache epoch for POST /cache/epoch (nil: that endpoint
+	// is 404).
+	CacheEpoch EpochBumper
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -151,6 +157,13 @@ func (a *Admin) handle(ctx *fasthttp.RequestCtx) {
 		case a.authorized(ctx):
 			a.redrive(ctx, r.id)
 		}
+	case epCacheEpoch:
+		switch {
+		case a.cfg.CacheEpoch == nil:
+			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
+		case a.authorized(ctx):
+			a.bumpEpoch(ctx)
+		}
 	case epOrder, epOrderEvents:
 		switch {
 		case a.cfg.Orders == nil:
@@ -190,7 +203,10 @@ func (a *Admin) readyz(ctx *fasthttp.RequestCtx) {
 		Draining bool   `json:"draining,omitempty"`
 	}{Postgres: "ok", Redis: state(a.cfg.RedisState), Relay: state(a.cfg.RelayState)}
 	code := http.StatusOK
-	if err != nil {
+	switch {
+	case a.cfg.Starting != nil && a.cfg.Starting():
+		body.Postgres, code = "starting", http.StatusServiceUnavailable
+	case err != nil:
 		body.Postgres, code = "down", http.StatusServiceUnavailable
 	}
 	if a.cfg.Draining != nil && a.cfg.Draining() {

@@ -59,6 +59,11 @@ type options struct {
 	cache      bool
 	pendingTTL time.Duration
 	wrapCache  func(edge.Cache) edge.Cache
+	// localEntries, with cache, turns on the per-node table of done
+	// entries; epoch puts the database's cache epoch in the keys and serves
+	// POST /cache/epoch, as edged runs.
+	localEntries int
+	epoch        bool
 	// dbURL shares another bundle's database (two nodes).
 	dbURL string
 	// redisURL, with cache, is where the cache client connects (a proxy in
@@ -128,17 +133,23 @@ func setup(t testing.TB, o options) *bundle {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { client.Close() })
-		cache, err = claimcache.New(claimcache.Config{
+		ccfg := claimcache.Config{
 			Client: client, PendingTTL: cmp.Or(o.pendingTTL, o.budget), WaitBudget: 50 * time.Millisecond,
 			BreakerCooldown: 200 * time.Millisecond,
+			LocalEntries:    o.localEntries,
 			OnError:         func(error) { metrics.CacheErrors.Inc() },
 			OnBreaker: func(open bool) {
 				metrics.BreakerOpen.Set(map[bool]float64{true: 1, false: 0}[open])
 			},
-		})
+		}
+		if o.epoch {
+			ccfg.Epoch = store.CacheEpoch
+		}
+		cache, err = claimcache.New(ccfg)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(cache.Close)
 		ecache, redisState = cache, cache.State
 		if o.wrapCache != nil {
 			ecache = o.wrapCache(cache)
@@ -162,8 +173,12 @@ func setup(t testing.TB, o options) *bundle {
 	if o.noTokens {
 		otoken = ""
 	}
+	var bumper edge.EpochBumper
+	if o.epoch {
+		bumper = store
+	}
 	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, OrdersToken: otoken, Orders: store, Redrive: srv, Reviews: reviews, Postgres: store, Metrics: metrics,
-		Draining: srv.Draining, RedisState: redisState, Logger: o.logger})
+		Draining: srv.Draining, RedisState: redisState, CacheEpoch: bumper, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

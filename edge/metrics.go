@@ -25,6 +25,8 @@ type Metrics struct {
 	ConnsRefused *prometheus.CounterVec
 	// LogsDropped counts log lines the rate limit dropped.
 	LogsDropped prometheus.Counter
+	// Starting is 1 while the process waits for Postgres at start.
+	Starting prometheus.Gauge
 
 	byChannel map[string]*channelMetrics
 	unknown   *channelMetrics
@@ -86,9 +88,13 @@ func NewMetrics(channels []string) *Metrics {
 			Name: "notifyedge_log_lines_dropped_total",
 			Help: "Log lines of rejected requests and HTTP-layer errors dropped by the log rate limit.",
 		}),
+		Starting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "notifyedge_starting",
+			Help: "1 while edged waits for Postgres at start (connect, migrate, warm-up), else 0.",
+		}),
 		byChannel: make(map[string]*channelMetrics, len(channels)),
 	}
-	reg.MustRegister(requests, duration, m.CacheErrors, m.BreakerOpen, m.ConnsRefused, m.LogsDropped)
+	reg.MustRegister(requests, duration, m.CacheErrors, m.BreakerOpen, m.ConnsRefused, m.LogsDropped, m.Starting)
 	resolve := func(name string) *channelMetrics {
 		cm := &channelMetrics{}
 		for o := range numOutcomes {

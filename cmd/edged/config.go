@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -29,6 +30,9 @@ type Config struct {
 	MaxBody     int
 	ResultTTL   time.Duration
 	Drain       time.Duration
+	// StartTimeout is how long edged waits for Postgres at start (0: for
+	// ever) before it exits.
+	StartTimeout time.Duration
 	// DrainDelay is how long, from SIGTERM, /readyz answers 503 while the
 	// public listener still serves, so load balancers stop routing first.
 	DrainDelay time.Duration
@@ -39,6 +43,13 @@ type Config struct {
 	Relay         bool
 	Dev           bool
 	Channels      []ChannelConfig
+
+	// ClaimRetention, OutboxRetention and ReviewRetention are retention's
+	// ages (durable.RetentionConfig): claims; published outbox and
+	// consumer-inbox rows; resolved review rows.
+	ClaimRetention  time.Duration
+	OutboxRetention time.Duration
+	ReviewRetention time.Duration
 }
 
 // ChannelConfig is one channel from EDGE_SECRET_<NAME> (or
@@ -67,7 +78,7 @@ func ParseConfig(args, env []string) (Config, error) {
 		return def
 	}
 	var c Config
-	var budget, maxBody, ttl, drain, drainDelay, relay, idle, perIP string
+	var budget, maxBody, ttl, drain, drainDelay, relay, idle, perIP, startTimeout string
 	fs := flag.NewFlagSet("edged", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", get("EDGE_LISTEN", ":8080"), "public listen address (EDGE_LISTEN)")
 	fs.StringVar(&c.AdminListen, "admin-listen", get("EDGE_ADMIN_LISTEN", "127.0.0.1:9090"), "admin listen address (EDGE_ADMIN_LISTEN)")
@@ -75,8 +86,13 @@ func ParseConfig(args, env []string) (Config, error) {
 	fs.StringVar(&maxBody, "max-body", get("EDGE_MAX_BODY", "64KiB"), "largest accepted body (EDGE_MAX_BODY)")
 	fs.StringVar(&ttl, "result-ttl", get("EDGE_RESULT_TTL", "24h"), "how long the cache keeps a result (EDGE_RESULT_TTL)")
 	fs.StringVar(&drain, "drain", get("EDGE_DRAIN", "10s"), "how long in-flight requests may finish on shutdown (EDGE_DRAIN)")
+	fs.StringVar(&startTimeout, "start-timeout", get("EDGE_START_TIMEOUT", "60s"), "how long to wait for Postgres at start, 0 for ever (EDGE_START_TIMEOUT)")
 	fs.StringVar(&drainDelay, "drain-delay", get("EDGE_DRAIN_DELAY", "5s"), "from SIGTERM, how long /readyz answers 503 while the listener still serves (EDGE_DRAIN_DELAY)")
 	fs.StringVar(&relay, "relay", get("EDGE_RELAY", "true"), "run the outbox relay where EDGE_STREAM_URL is set (EDGE_RELAY)")
+	var claimKeep, outboxKeep, reviewKeep string
+	fs.StringVar(&claimKeep, "claim-retention", get("EDGE_CLAIM_RETENTION", "168h"), "delete claims older than this, at least 25h: the channels' retry window (EDGE_CLAIM_RETENTION)")
+	fs.StringVar(&outboxKeep, "outbox-retention", get("EDGE_OUTBOX_RETENTION", "168h"), "delete published outbox rows and consumer-inbox rows older than this (EDGE_OUTBOX_RETENTION)")
+	fs.StringVar(&reviewKeep, "review-retention", get("EDGE_REVIEW_RETENTION", "2160h"), "delete resolved review rows, which hold raw bodies, older than this (EDGE_REVIEW_RETENTION)")
 	fs.StringVar(&idle, "idle-timeout", get("EDGE_IDLE_TIMEOUT", "5s"), "close keep-alive connections idle this long (EDGE_IDLE_TIMEOUT)")
 	fs.StringVar(&perIP, "max-conns-per-ip", get("EDGE_MAX_CONNS_PER_IP", "256"), "connections one client address may hold open, 0 for no cap: set 0 behind a proxy (EDGE_MAX_CONNS_PER_IP)")
 	fs.BoolVar(&c.Dev, "dev", false, "throwaway Postgres and in-process Redis unless DATABASE_URL/REDIS_URL are given")
@@ -96,6 +112,9 @@ func ParseConfig(args, env []string) (Config, error) {
 	if c.Drain, err = positiveDuration("drain", drain); err != nil {
 		return Config{}, err
 	}
+	if c.StartTimeout, err = time.ParseDuration(startTimeout); err != nil || c.StartTimeout < 0 {
+		return Config{}, fmt.Errorf("start-timeout: %q is not a duration ≥ 0", startTimeout)
+	}
 	if c.DrainDelay, err = time.ParseDuration(drainDelay); err != nil || c.DrainDelay < 0 {
 		return Config{}, fmt.Errorf("drain-delay: %q is not a duration ≥ 0", drainDelay)
 	}
@@ -110,6 +129,19 @@ func ParseConfig(args, env []string) (Config, error) {
 	}
 	if c.Relay, err = strconv.ParseBool(relay); err != nil {
 		return Config{}, fmt.Errorf("relay: %q is not true or false", relay)
+	}
+	if c.ClaimRetention, err = positiveDuration("claim-retention", claimKeep); err != nil {
+		return Config{}, err
+	}
+	if c.ClaimRetention < durable.MinClaimRetention {
+		return Config{}, fmt.Errorf("-claim-retention (EDGE_CLAIM_RETENTION): %s is below %s, the channels' retry window: a retry must still find its claim",
+			c.ClaimRetention, durable.MinClaimRetention)
+	}
+	if c.OutboxRetention, err = positiveDuration("outbox-retention", outboxKeep); err != nil {
+		return Config{}, err
+	}
+	if c.ReviewRetention, err = positiveDuration("review-retention", reviewKeep); err != nil {
+		return Config{}, err
 	}
 	c.DatabaseURL = vars["DATABASE_URL"]
 	c.RedisURL = vars["REDIS_URL"]

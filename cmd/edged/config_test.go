@@ -25,7 +25,8 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 	want := Config{Listen: ":8080", AdminListen: "127.0.0.1:9090", DatabaseURL: "postgres://db/x",
 		Budget: 200 * time.Millisecond, MaxBody: 64 << 10, ResultTTL: 24 * time.Hour, Drain: 10 * time.Second, Relay: true,
-		IdleTimeout: 5 * time.Second, MaxConnsPerIP: 256, DrainDelay: 5 * time.Second,
+		IdleTimeout: 5 * time.Second, MaxConnsPerIP: 256, DrainDelay: 5 * time.Second, StartTimeout: time.Minute,
+		ClaimRetention: 168 * time.Hour, OutboxRetention: 168 * time.Hour, ReviewRetention: 2160 * time.Hour,
 		Channels: []ChannelConfig{{Name: "acme", Kind: "generic", Secrets: []string{secret}}}}
 	if d := cmp.Diff(want, c); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
@@ -65,6 +66,12 @@ func TestParseConfigErrors(t *testing.T) {
 	bad([]string{db, "EDGE_SECRET_ACME=" + secret}, []string{"-max-body", "lots"}, "max-body")
 	bad([]string{db, "EDGE_SECRET_AC-ME=" + secret}, nil, "[a-z0-9_]")
 	bad([]string{db, "EDGE_SECRET_ACME= "}, nil, "no secret")
+	acme := "EDGE_SECRET_ACME=" + secret
+	bad([]string{db, acme}, []string{"-claim-retention", "24h"}, "-claim-retention")
+	bad([]string{db, acme, "EDGE_CLAIM_RETENTION=1h"}, nil, "-claim-retention")
+	bad([]string{db, acme, "EDGE_CLAIM_RETENTION=a week"}, nil, "claim-retention")
+	bad([]string{db, acme}, []string{"-outbox-retention", "0s"}, "outbox-retention")
+	bad([]string{db, acme, "EDGE_REVIEW_RETENTION=-1h"}, nil, "review-retention")
 	if _, err := newChannel(ChannelConfig{Name: "acme", Kind: "telegraph", Secrets: []string{secret}}); err == nil ||
 		!strings.Contains(err.Error(), "EDGE_CHANNEL_ACME_KIND") {
 		t.Errorf("unknown kind: %v", err)

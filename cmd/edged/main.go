@@ -76,6 +76,7 @@ type Main struct {
 	Logger *slog.Logger
 
 	cluster *pgtemp.Cluster
+	lazy    lazyStore // the store once Postgres is ready (admin answers before)
 	mini    *miniredis.Miniredis
 	redis   redis.UniversalClient
 	cache   *claimcache.Cache
@@ -91,6 +92,9 @@ type Main struct {
 	stopRelay   context.CancelFunc
 	relayDone   chan struct{}
 	relayClient redis.UniversalClient
+
+	stopRetention context.CancelFunc // retention runs on every node
+	retentionDone chan struct{}
 }
 
 // Compile-time checks that the concrete parts satisfy edge's interfaces.
@@ -101,6 +105,10 @@ var (
 	_ edge.Backlog     = (*durable.Store)(nil)
 	_ edge.Cache       = (*claimcache.Cache)(nil)
 	_ edge.OrderStore  = (*durable.Store)(nil)
+	_ edge.Authority   = (*lazyStore)(nil)
+	_ edge.ReviewQueue = (*lazyStore)(nil)
+	_ edge.OrderStore  = (*lazyStore)(nil)
+	_ edge.Backlog     = (*lazyStore)(nil)
 )
 
 // NewMain returns a Main for cfg, logging JSON to stderr.
@@ -113,8 +121,11 @@ func NewMain(cfg Config) *Main {
 	}
 }
 
-// Run starts everything and returns once both listeners accept: migrated
-// and warmed before the first request.
+// Run starts everything and returns once both listeners accept. The admin
+// listener comes first, so that health, readiness ("starting") and metrics
+// answer while edged waits for Postgres (connect, migrate, warm-up, with
+// back-off, up to Config.StartTimeout); the public listener opens only once
+// edged can decide: nothing answers SUCCESS before Postgres is there.
 func (m *Main) Run(ctx context.Context) error {
 	cfg := &m.Config
 	if cfg.Dev {
@@ -125,18 +136,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if cfg.DatabaseURL == "" {
 		return errors.New("DATABASE_URL is required")
 	}
-	var err error
-	// The server gives up a little before the budget, even when the client
-	// cannot tell it to (statement_timeout, lock_timeout).
-	serverTimeout := cfg.Budget * 9 / 10
-	m.store, err = durable.New(ctx, durable.Config{URL: cfg.DatabaseURL, StatementTimeout: serverTimeout, LockTimeout: serverTimeout})
+	target, err := parseDatabaseURL(cfg.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	if cfg.Dev {
-		if err := m.seedDev(ctx); err != nil {
-			return err
-		}
+		return err
 	}
 	channels := make([]channel.Channel, 0, len(cfg.Channels))
 	names := make([]string, 0, len(cfg.Channels))
@@ -149,7 +151,7 @@ func (m *Main) Run(ctx context.Context) error {
 		names = append(names, cc.Name)
 	}
 	metrics := edge.NewMetrics(names)
-	metrics.RegisterBacklog(m.store)
+	metrics.RegisterBacklog(&m.lazy)
 	var cache edge.Cache
 	redisState := func() string { return "off" }
 	if cfg.RedisURL != "" {
@@ -160,7 +162,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.server, err = edge.New(edge.Config{
 		Channels:  channels,
-		Authority: m.store,
+		Authority: &m.lazy,
 		Cache:     cache,
 		Budget:    cfg.Budget,
 		MaxBody:   cfg.MaxBody,
@@ -174,35 +176,64 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.relayState.Store("off")
-	if cfg.StreamURL != "" && cfg.Relay {
-		if err := m.startRelay(); err != nil {
-			return err
-		}
-	}
 	m.admin, err = edge.NewAdmin(edge.AdminConfig{
 		Token:       cfg.AdminToken,
 		OrdersToken: cfg.OrdersToken,
-		Orders:      m.store,
+		Orders:      &m.lazy,
 		Redrive:     m.server,
-		Reviews:     m.store,
-		Postgres:    m.store,
+		Reviews:     &m.lazy,
+		Postgres:    &m.lazy,
 		Metrics:     metrics,
 		Draining:    m.server.Draining,
+		Starting:    m.lazy.starting,
 		RedisState:  redisState,
 		RelayState:  func() string { return m.relayState.Load().(string) },
+		CacheEpoch:  &m.lazy,
 		Logger:      m.Logger,
 	})
 	if err != nil {
 		return err
 	}
-	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	if m.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 		return fmt.Errorf("admin listen: %w", err)
 	}
-	go func() { m.failed <- m.server.Serve(m.ln) }()
 	go func() { m.failed <- m.admin.Serve(m.adminLn) }()
+
+	metrics.Starting.Set(1)
+	// The server gives up a little before the budget, even when the client
+	// cannot tell it to (statement_timeout, lock_timeout).
+	serverTimeout := cfg.Budget * 9 / 10
+	store, err := waitForPostgres(ctx, m.Logger, cfg.DatabaseURL, target, cfg.StartTimeout, func(actx context.Context) (*durable.Store, error) {
+		return durable.New(actx, durable.Config{URL: cfg.DatabaseURL, StatementTimeout: serverTimeout, LockTimeout: serverTimeout})
+	})
+	if err != nil {
+		return err
+	}
+	m.store = store
+	if cfg.Dev {
+		if err := m.seedDev(ctx); err != nil {
+			return err
+		}
+	}
+	m.lazy.set(store)
+	if m.cache != nil {
+		// Until the cache knows the database's epoch it answers nothing:
+		// read it now, not at its next tick (a failure is logged).
+		_ = m.cache.RefreshEpoch(ctx)
+	}
+	metrics.Starting.Set(0)
+	if cfg.StreamURL != "" && cfg.Relay {
+		if err := m.startRelay(); err != nil {
+			return err
+		}
+	}
+	if err := m.startRetention(metrics); err != nil {
+		return err
+	}
+	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	go func() { m.failed <- m.server.Serve(m.ln) }()
 	m.Logger.Info("edged listening", "listen", m.ln.Addr().String(), "admin", m.adminLn.Addr().String(),
 		"channels", names, "budget", cfg.Budget.String(), "cache", redisState(), "relay", m.relayState.Load())
 	if cfg.Dev {
@@ -230,7 +261,16 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 		// Hot duplicates of the last 100k results skip the Redis round trip
 		// (about 35 MB): the profile's biggest cost.
 		LocalEntries: 100_000,
-		OnError:      func(error) { metrics.CacheErrors.Inc() },
+		// The epoch of the database the entries mirror is in every key: a
+		// restored or promoted database, or one an operator repaired and
+		// bumped the epoch of, is never answered for by entries of its past.
+		Epoch:   m.lazy.CacheEpoch,
+		OnEpoch: func(e string) { m.Logger.Info("cache epoch", "epoch", e) },
+		OnError: func(err error) {
+			if !logEpochError(m.Logger, err) {
+				metrics.CacheErrors.Inc()
+			}
+		},
 		OnBreaker: func(open bool) {
 			if open {
 				metrics.BreakerOpen.Set(1)
@@ -286,7 +326,7 @@ func (m *Main) Failed() <-chan error { return m.failed }
 // removed.
 func (m *Main) Close() error {
 	var errs []error
-	if m.server != nil && m.Config.DrainDelay > 0 {
+	if m.server != nil && m.ln != nil && m.Config.DrainDelay > 0 {
 		m.server.Drain()
 		m.Logger.Info("draining: readiness off, still serving", "delay", m.Config.DrainDelay.String())
 		time.Sleep(m.Config.DrainDelay)
@@ -310,6 +350,10 @@ func (m *Main) Close() error {
 	} else if m.adminLn != nil {
 		m.adminLn.Close()
 	}
+	if m.stopRetention != nil {
+		m.stopRetention()
+		<-m.retentionDone
+	}
 	if m.stopRelay != nil {
 		m.stopRelay()
 		<-m.relayDone
@@ -317,6 +361,9 @@ func (m *Main) Close() error {
 	}
 	if m.store != nil {
 		m.store.Close()
+	}
+	if m.cache != nil {
+		m.cache.Close() // stops the epoch reads
 	}
 	if m.redis != nil {
 		m.redis.Close()

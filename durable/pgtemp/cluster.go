@@ -45,6 +45,9 @@ type Options struct {
 	Durable bool
 	// MaxConnections is the server's max_connections (default 300).
 	MaxConnections int
+	// Port, with TCP, is the port to listen on (0: a free one), for tests
+	// that point a client at a server before it exists.
+	Port int
 	// Settings are extra "name=value" server settings.
 	Settings []string
 	// BinDir, when set, is where initdb and postgres are; otherwise they
@@ -104,11 +107,21 @@ func (c *Cluster) start(ctx context.Context, bin string, o Options) error {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, lastLines(out, 5))
 	}
+	return c.serve(ctx, bin, cred, o)
+}
+
+// serve runs postgres on the data directory under c.dir as cred (a direct
+// child of this process) and waits until it accepts connections.
+func (c *Cluster) serve(ctx context.Context, bin string, cred *syscall.Credential, o Options) error {
+	data := filepath.Join(c.dir, "data")
+	var err error
 	c.port = 5432
 	listen := ""
 	if o.TCP {
-		if c.port, err = freePort(); err != nil {
-			return err
+		if c.port = o.Port; c.port == 0 {
+			if c.port, err = freePort(); err != nil {
+				return err
+			}
 		}
 		listen = "127.0.0.1"
 	}

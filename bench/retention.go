@@ -1,0 +1,587 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// The retention rows: first deliveries at half the "first" peak, once over
+// a backlog of expired claims (the claim retention's first run after an
+// upgrade, or after it was off for a while) and once while the retention
+// loop deletes that backlog. Retention runs in the bench process, with the
+// same Store code and defaults as every edged node; its deletes cost
+// Postgres (the pg column), its loop a little of the driver column.
+// Postgres logs every lock wait over 50 ms meanwhile; a callback among the
+// waiters fails the run.
+
+// The rows' names ("-scenario retention" selects both).
+const (
+	retentionBefore = "retention: before (expired claims)"
+	retentionDuring = "retention: while deleting them"
+)
+
+// retentionBacklog is how many expired claims the rows seed (Quick: a
+// smoke-test's worth).
+func retentionBacklog(quick bool) int {
+	if quick {
+		return 20_000
+	}
+	return 1_000_000
+}
+
+// expiredAge is the seeded claims' age: past the default claim retention
+// (168h), as a backlog is.
+const expiredAge = 200 * time.Hour
+
+// callbackApp is the application_name of the callback pools (the edge's,
+// and the shipper's Store): durable.New's default. Retention, the relay
+// and operator reads have names of their own.
+const callbackApp = "notifyedge"
+
+// lockWaitSettings make Postgres log every lock wait longer than 50 ms,
+// with the waiting session's application_name and statement. They are set
+// for these rows only (ALTER SYSTEM, reload), so the other rows run on the
+// server as configured before.
+var lockWaitSettings = [][2]string{
+	{"log_lock_waits", "on"},
+	{"deadlock_timeout", "50ms"},
+	{"log_line_prefix", "%m [%p] %a "},
+	{"log_min_error_statement", "log"},
+	// What else may move the latency meanwhile: autovacuum (the deleted
+	// rows are its work) and checkpoints.
+	{"log_autovacuum_min_duration", "0"},
+	{"log_checkpoints", "on"},
+}
+
+// RetentionFigures are the retention rows' figures.
+type RetentionFigures struct {
+	// Backlog is how many expired claims were seeded, SeedSeconds how long
+	// seeding, vacuuming and a checkpoint took (before both attacks).
+	Backlog     int     `json:"backlog_expired_claims"`
+	SeedSeconds float64 `json:"seed_seconds"`
+	// LoadAvgBefore is /proc/loadavg before the first attack.
+	LoadAvgBefore string `json:"loadavg_before"`
+	// FirstPeak is the "first" closed-loop req/s the rate is half of
+	// (measured here when the "first" row did not run).
+	FirstPeak float64 `json:"first_peak_req_per_sec"`
+	// P99Without and P99With are the rows' p99 in ms; Ratio is With over
+	// Without (target at most 1.2).
+	P99Without float64 `json:"p99_without_ms"`
+	P99With    float64 `json:"p99_with_ms"`
+	Ratio      float64 `json:"p99_ratio"`
+	// DeleteSeconds is how long the leader's first cycle took to delete the
+	// backlog (from the start of the second attack), DeletedInAttack how many
+	// of them it deleted while the second attack ran.
+	DeleteSeconds  float64 `json:"backlog_deleted_seconds"`
+	SecondAttackAt float64 `json:"second_attack_at_seconds"`
+	// AgesReadMillis is how long OldestRowAges (the gauge's scrape) took
+	// right after the backlog was deleted.
+	AgesReadMillis  float64 `json:"oldest_row_ages_read_ms"`
+	DeletedInAttack int64   `json:"deleted_during_attack"`
+	Batches         int64   `json:"batches"`
+	// CallbackLockWaits are the log's "still waiting for" lines of callback
+	// sessions (any fails the run); OtherLockWaits those of the others
+	// (retention's own included).
+	CallbackLockWaits []string `json:"callback_lock_waits"`
+	OtherLockWaits    []string `json:"other_lock_waits"`
+	// Errors are what the retention loop recovered from by retrying.
+	Errors []string `json:"retention_errors,omitempty"`
+	// Events are the autovacuum runs and checkpoints the Postgres log
+	// reports over both rows, with their offset from the first attack.
+	Events []string `json:"postgres_events,omitempty"`
+	// P99BySecond are the two rows' p99 in ms, second by second of their
+	// attacks.
+	P99BySecondWithout []float64 `json:"p99_by_second_without_ms"`
+	P99BySecondWith    []float64 `json:"p99_by_second_with_ms"`
+}
+
+// retentionRun is the state the two rows share.
+type retentionRun struct {
+	figures   RetentionFigures
+	logFrom   int64     // the Postgres log's size when the rows began
+	attacked  time.Time // when the first row's attack began (about)
+	start     time.Time
+	attackEnd atomic.Int64 // unix ns when the second attack ended
+	deleted   atomic.Int64
+	batches   atomic.Int64
+	mu        sync.Mutex
+	errs      []string
+	// cycled closes when the leader's first cycle ended, at cycleEnd.
+	cycled   chan struct{}
+	cycleEnd time.Time
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+// seedExpiredClaims (the first row's setup) measures the "first" peak if
+// this run has none, turns on lock-wait logging, and seeds the backlog of
+// expired claims, vacuumed and checkpointed so that neither attack pays
+// for the seeding.
+func seedExpiredClaims(ctx context.Context, e *env) error {
+	r := &retentionRun{}
+	e.retention = r
+	if _, ok := e.peaks["first"]; !ok && e.cfg.Rate <= 0 {
+		e.say("retention: measuring the \"first\" closed-loop peak for the rate ...")
+		row, err := closedLoopWorkers(ctx, e, scenario{name: "first", source: fresh}, e.tg.URL, newTally(e.tg.Channel))
+		if err != nil {
+			return err
+		}
+		e.say("retention: \"first\" peak %.0f req/s", row.ReqPerSec)
+	}
+	r.figures.FirstPeak = e.peaks["first"]
+	var err error
+	if r.logFrom, err = fileSize(e.st.PostgresLog()); err != nil {
+		return err
+	}
+	if err := e.serverSettings(ctx, lockWaitSettings, false); err != nil {
+		return err
+	}
+	n := retentionBacklog(e.cfg.Quick)
+	e.say("retention: seeding %d claims %s old ...", n, expiredAge)
+	start := time.Now()
+	// Keys and orders of no channel and no seeded order: the invariants
+	// (this run's prefix) never see them. created_at spreads over the
+	// backlog, one millisecond apart, oldest first.
+	if _, err := e.db.Exec(ctx, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json, created_at)
+SELECT 'expired:' || $1::text || ':' || g, 'X' || $1::text || '-' || g, repeat('0', 64), 'DONE',
+       '{"http":200,"code":"SUCCESS","outcome":"skipped","status":"PAID"}',
+       now() - $2::bigint * interval '1 microsecond' + g * interval '1 millisecond'
+  FROM generate_series(1, $3::int) g`, e.prefix, expiredAge.Microseconds(), n); err != nil {
+		return fmt.Errorf("seed expired claims: %w", err)
+	}
+	for _, q := range []string{`VACUUM (ANALYZE) notify_claim`, `CHECKPOINT`} {
+		if _, err := e.db.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	r.figures.Backlog, r.figures.SeedSeconds = n, time.Since(start).Seconds()
+	r.figures.LoadAvgBefore = loadAvg()
+	r.attacked = time.Now()
+	return nil
+}
+
+// startRetention (the second row's setup) starts the retention loop on the
+// stack's Store, as a node starts it.
+func startRetention(ctx context.Context, e *env) error {
+	r := e.retention
+	if r == nil {
+		return errors.New("retention: the first retention row did not run (select both with -scenario retention)")
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.stop, r.done, r.cycled = cancel, make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r.start = time.Now()
+	r.figures.SecondAttackAt = r.start.Sub(r.attacked).Seconds()
+	cfg := durable.RetentionConfig{
+		OnDeleted: func(table string, n int64) {
+			if table == durable.TableClaim {
+				r.batches.Add(1)
+				if r.attackEnd.Load() == 0 {
+					r.deleted.Add(n)
+				}
+			}
+		},
+		OnCycle: func(durable.RetentionCycle) {
+			once.Do(func() { r.cycleEnd = time.Now(); close(r.cycled) })
+		},
+		OnError: func(err error) {
+			r.mu.Lock()
+			r.errs = append(r.errs, err.Error())
+			r.mu.Unlock()
+		},
+	}
+	go func() {
+		defer close(r.done)
+		e.st.Store.RunRetention(rctx, cfg)
+	}()
+	return nil
+}
+
+// maxDeletion bounds the wait for the backlog to be deleted.
+const maxDeletion = 30 * time.Minute
+
+// untilDeleted is vegeta at share of the named scenario's closed-loop
+// req/s (as atPeakShare) from the start of the retention loop until its
+// first cycle deleted the backlog (at least Config.Duration, at most
+// maxDeletion): the attack covers the whole deletion.
+func untilDeleted(of string, share float64) driver {
+	return func(ctx context.Context, e *env, s scenario, url string, t *tally) (Row, error) {
+		r := e.retention
+		actx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-r.cycled:
+				// The rest of Config.Duration, if the backlog went sooner.
+				sleepCtx(actx, time.Until(r.start.Add(e.cfg.Duration)))
+				cancel()
+			case <-actx.Done():
+			}
+		}()
+		return openLoop(actx, e.tg, s.name, url, e.rateAt(of, share), maxDeletion, s.source(e.pool), t, e.cfg.Progress), nil
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// finishRetention (the second row's after) waits for the backlog to be
+// gone, stops the loop, restores the server settings, and reads the lock
+// waits from the Postgres log: a callback among the waiters is an error.
+func finishRetention(ctx context.Context, e *env) error {
+	r := e.retention
+	r.attackEnd.Store(time.Now().UnixNano())
+	var ended time.Time
+	select {
+	case <-r.cycled:
+		ended = r.cycleEnd
+	case <-ctx.Done():
+	case <-time.After(maxDeletion):
+	}
+	r.stop()
+	<-r.done
+	f := &r.figures
+	// The gauge's read, with the backlog's dead index entries (some, at
+	// least) not yet vacuumed.
+	t0 := time.Now()
+	if _, err := e.st.Store.OldestRowAges(ctx); err == nil {
+		f.AgesReadMillis = float64(time.Since(t0).Microseconds()) / 1000
+	}
+	f.DeleteSeconds = ended.Sub(r.start).Seconds()
+	f.DeletedInAttack, f.Batches = r.deleted.Load(), r.batches.Load()
+	f.Errors = r.errs
+	var errs []error
+	if ended.IsZero() {
+		errs = append(errs, fmt.Errorf("retention: the backlog was not deleted within %s", time.Since(r.start).Round(time.Second)))
+	}
+	left, err := count(ctx, e.db, `SELECT count(*) FROM notify_claim WHERE created_at < now() - $1::bigint * interval '1 microsecond'`,
+		durable.DefaultClaimRetention.Microseconds())
+	if err == nil && left > 0 {
+		err = fmt.Errorf("retention: %d expired claims left", left)
+	}
+	errs = append(errs, err, e.serverSettings(ctx, lockWaitSettings, true))
+	f.CallbackLockWaits, f.OtherLockWaits, err = lockWaits(e.st.PostgresLog(), r.logFrom)
+	errs = append(errs, err)
+	f.CallbackLockWaits, f.OtherLockWaits = e.nameRelations(ctx, r.phased(f.CallbackLockWaits)), e.nameRelations(ctx, r.phased(f.OtherLockWaits))
+	f.Events, err = postgresEvents(e.st.PostgresLog(), r.logFrom, r.attacked)
+	errs = append(errs, err)
+	// The quick smoke run shares a loaded machine with other test
+	// binaries, where callbacks wait on each other (relation extension)
+	// whatever retention does: it reports the waits; the full run fails on
+	// them.
+	if len(f.CallbackLockWaits) > 0 && !e.cfg.Quick {
+		errs = append(errs, fmt.Errorf("%w: %d callback lock waits over 50 ms in the Postgres log, e.g. %s",
+			ErrInvariant, len(f.CallbackLockWaits), f.CallbackLockWaits[0]))
+	}
+	return errors.Join(errs...)
+}
+
+// retentionFigures completes the figures with the two rows' p99s.
+func (e *env) retentionFigures(rep *Report) *RetentionFigures {
+	if e.retention == nil {
+		return nil
+	}
+	f := e.retention.figures
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	if b, d := rep.find(retentionBefore), rep.find(retentionDuring); b != nil && d != nil {
+		f.P99Without, f.P99With = ms(b.Lat.P99), ms(d.Lat.P99)
+		f.P99BySecondWithout, f.P99BySecondWith = p99BySecond(b.Points), p99BySecond(d.Points)
+		if f.P99Without > 0 {
+			f.Ratio = f.P99With / f.P99Without
+		}
+	}
+	return &f
+}
+
+// logTime is the time of a log line written with log_line_prefix
+// "%m [%p] %a ".
+func logTime(line string) (time.Time, bool) {
+	if len(line) < 27 {
+		return time.Time{}, false
+	}
+	ts, err := time.Parse("2006-01-02 15:04:05.000 MST", line[:27])
+	return ts, err == nil
+}
+
+// phased prefixes each log line with the row it fell in: "before" (no
+// retention) or "deleting".
+func (r *retentionRun) phased(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		phase := "[?] "
+		if ts, ok := logTime(l); ok && ts.Before(r.start) {
+			phase = "[before] "
+		} else if ok {
+			phase = "[deleting] "
+		}
+		out[i] = phase + l
+	}
+	return out
+}
+
+// relationOID finds the "relation <oid>" of a lock-wait line.
+var relationOID = regexp.MustCompile(`relation (\d+)`)
+
+// nameRelations adds the relation's name to every "relation <oid>" of
+// lines (the log names relations by oid only).
+func (e *env) nameRelations(ctx context.Context, lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = relationOID.ReplaceAllStringFunc(l, func(m string) string {
+			var name string
+			oid := strings.TrimPrefix(m, "relation ")
+			if err := e.db.QueryRow(ctx, `SELECT relname FROM pg_class WHERE oid = $1::oid`, oid).Scan(&name); err != nil {
+				return m
+			}
+			return m + " (" + name + ")"
+		})
+	}
+	return out
+}
+
+// serverSettings sets (or, with reset, resets) server settings by ALTER
+// SYSTEM and reloads, then waits until a new session sees them.
+func (e *env) serverSettings(ctx context.Context, settings [][2]string, reset bool) error {
+	for _, s := range settings {
+		q := fmt.Sprintf(`ALTER SYSTEM SET %s = '%s'`, s[0], s[1])
+		if reset {
+			q = `ALTER SYSTEM RESET ` + s[0]
+		}
+		if _, err := e.db.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	if _, err := e.db.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	want := "50ms"
+	if reset {
+		want = "1s"
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var v string
+		if err := e.db.QueryRow(ctx, `SELECT current_setting('deadlock_timeout')`).Scan(&v); err != nil {
+			return fmt.Errorf("read deadlock_timeout: %w", err)
+		}
+		if v == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("deadlock_timeout is %s 5 s after the reload, want %s", v, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// lockWaits reads the Postgres log from offset and returns its "still
+// waiting for" lines (log_lock_waits), each with the STATEMENT line that
+// follows it, split by whether the waiter is a callback: a session of a
+// callback pool (application_name callbackApp, which log_line_prefix puts
+// after the pid) other than the Store's out-of-band NOTIFY (pg_notify on
+// its own statement after a callback committed, which no callback waits
+// for).
+func lockWaits(path string, offset int64) (callbacks, others []string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres log: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, nil, fmt.Errorf("postgres log: %w", err)
+	}
+	type wait struct {
+		line, pid, statement string
+	}
+	var waits []*wait
+	open := map[string]*wait{} // by pid: a wait whose STATEMENT line may follow
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		pid := logPID(line)
+		if strings.Contains(line, "still waiting for") {
+			w := &wait{line: line, pid: pid}
+			waits, open[pid] = append(waits, w), w
+			continue
+		}
+		if w := open[pid]; w != nil {
+			if _, stmt, ok := strings.Cut(line, "STATEMENT:"); ok {
+				w.statement = strings.TrimSpace(stmt)
+				delete(open, pid)
+			}
+		}
+	}
+	for _, w := range waits {
+		entry := w.line
+		if w.statement != "" {
+			entry += " | STATEMENT: " + w.statement
+		}
+		if waitingApp(w.line) == callbackApp && !strings.HasPrefix(w.statement, "SELECT pg_notify(") {
+			callbacks = append(callbacks, entry)
+		} else {
+			others = append(others, entry)
+		}
+	}
+	return callbacks, others, sc.Err()
+}
+
+// logPID is the "[pid]" of a log line written with log_line_prefix
+// "%m [%p] %a ".
+func logPID(line string) string {
+	_, rest, ok := strings.Cut(line, "[")
+	if !ok {
+		return ""
+	}
+	pid, _, _ := strings.Cut(rest, "]")
+	return pid
+}
+
+// waitingApp is the application_name of a log line written with
+// log_line_prefix "%m [%p] %a ".
+func waitingApp(line string) string {
+	_, rest, ok := strings.Cut(line, "] ")
+	if !ok {
+		return ""
+	}
+	app, _, _ := strings.Cut(rest, " LOG:")
+	return strings.TrimSpace(app)
+}
+
+// postgresEvents reads the Postgres log from offset for autovacuum runs
+// of the tables retention deletes from and for checkpoints, each with its time from t0 (autovacuum logs when it
+// ends, with its elapsed time on a line of its own, added here).
+func postgresEvents(path string, offset int64, t0 time.Time) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("postgres log: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("postgres log: %w", err)
+	}
+	var out []string
+	vacuum := -1 // the autovacuum event whose detail lines follow
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if vacuum >= 0 && strings.Contains(line, "elapsed:") {
+			_, el, _ := strings.Cut(line, "elapsed:")
+			out[vacuum] += ", elapsed" + el
+			vacuum = -1
+			continue
+		}
+		_, msg, ok := strings.Cut(line, "LOG:")
+		if !ok {
+			continue
+		}
+		msg = strings.TrimSpace(msg)
+		ours := false // autovacuum of a table retention deletes from
+		for _, t := range durable.RetentionTables {
+			ours = ours || strings.Contains(msg, `.public.`+t+`"`)
+		}
+		if !(strings.HasPrefix(msg, "automatic vacuum") && ours) && !strings.HasPrefix(msg, "checkpoint") {
+			continue
+		}
+		if i := strings.Index(msg, ":"); strings.HasPrefix(msg, "automatic") && i > 0 {
+			msg = msg[:i] // the table; the figures follow on lines of their own
+		}
+		at := "?"
+		if ts, ok := logTime(line); ok {
+			at = fmt.Sprintf("%+.1fs", ts.Sub(t0).Seconds())
+		}
+		out = append(out, at+" "+msg)
+		vacuum = -1
+		if strings.HasPrefix(msg, "automatic vacuum") {
+			vacuum = len(out) - 1
+		}
+	}
+	return out, sc.Err()
+}
+
+// p99BySecond is the p99 latency in ms of each second of an open-loop
+// attack's points.
+func p99BySecond(points []Point) []float64 {
+	var buckets [][]time.Duration
+	for _, p := range points {
+		i := int(p.At / time.Second)
+		for len(buckets) <= i {
+			buckets = append(buckets, nil)
+		}
+		buckets[i] = append(buckets[i], p.Latency)
+	}
+	out := make([]float64, len(buckets))
+	for i, b := range buckets {
+		out[i] = float64(percentilesOf(b).P99.Microseconds()) / 1000
+	}
+	return out
+}
+
+func fileSize(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, fmt.Errorf("postgres log: %w", err)
+	}
+	return st.Size(), nil
+}
+
+// table renders the figures for Report.Table.
+func (f *RetentionFigures) table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nRetention: %d expired claims (seeded, vacuumed, checkpointed in %.1f s); load average before the attacks %s\n",
+		f.Backlog, f.SeedSeconds, f.LoadAvgBefore)
+	fmt.Fprintf(&b, "  first deliveries at half the \"first\" peak (%.0f req/s): p99 %.2f ms without retention, %.2f ms while it deletes: ratio %.2f (target <= 1.2)\n",
+		f.FirstPeak, f.P99Without, f.P99With, f.Ratio)
+	fmt.Fprintf(&b, "  backlog deleted in %.1f s (%d batches; %d rows during the attack, which began %+.1f s after the first)\n",
+		f.DeleteSeconds, f.Batches, f.DeletedInAttack, f.SecondAttackAt)
+	fmt.Fprintf(&b, "  notifyedge_oldest_row_age_seconds read in %.1f ms right after\n", f.AgesReadMillis)
+	fmt.Fprintf(&b, "  lock waits over 50 ms in the Postgres log: %d by callbacks, %d by others\n", len(f.CallbackLockWaits), len(f.OtherLockWaits))
+	for _, l := range append(append([]string{}, f.CallbackLockWaits...), f.OtherLockWaits...) {
+		fmt.Fprintf(&b, "    %s\n", l)
+	}
+	for _, e := range f.Errors {
+		fmt.Fprintf(&b, "  retention recovered from: %s\n", e)
+	}
+	fmt.Fprintf(&b, "  p99 by second, without: %s\n", bySecond(f.P99BySecondWithout, f.P99Without))
+	fmt.Fprintf(&b, "  p99 by second, with:    %s\n", bySecond(f.P99BySecondWith, f.P99Without))
+	for _, ev := range f.Events {
+		fmt.Fprintf(&b, "  postgres: %s\n", ev)
+	}
+	return b.String()
+}
+
+// bySecond summarises per-second p99s against the row without retention:
+// the worst second, and how many seconds exceed 1.2 times its p99.
+func bySecond(v []float64, baseline float64) string {
+	if len(v) > 1 {
+		v = v[:len(v)-1] // the last second is a fraction of one
+	}
+	worst, at, over := 0.0, 0, 0
+	for i, x := range v {
+		if x > worst {
+			worst, at = x, i
+		}
+		if x > 1.2*baseline {
+			over++
+		}
+	}
+	return fmt.Sprintf("worst %.0f ms (second %d); %d of %d seconds above 1.2 x %.1f ms", worst, at, over, len(v), baseline)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/edge/channel"
+)
+
+// edged puts its database's cache epoch in every cache key, and bumps it
+// on POST /cache/epoch: the keys written afterwards carry the new epoch.
+func TestMainWiresCacheEpoch(t *testing.T) {
+	rs, err := claimcachetest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Stop()
+	dbURL := durabletest.NewDatabase(t)
+	cfg, err := ParseConfig([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-budget", "2s"}, []string{
+		"DATABASE_URL=" + dbURL, "REDIS_URL=" + rs.URL(), "EDGE_SECRET_ACME=" + secret, "EDGE_ADMIN_TOKEN=tok",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMain(cfg)
+	m.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.cache.Epoch() == "" {
+		t.Fatal("the cache does not know the epoch once edged listens")
+	}
+	if err := durabletest.SeedOrders(context.Background(), dbURL, []durabletest.Order{
+		{No: "O-e1", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"},
+		{No: "O-e2", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pay := func(txn, order string) {
+		t.Helper()
+		body := `{"channel_txn_id":"` + txn + `","event_type":"PAY_SUCCESS","order_no":"` + order + `","amount":5,"currency":"CNY"}`
+		now := time.Now()
+		sig, _ := channel.SignWebhook(secret, "m-"+txn, now.Unix(), []byte(body))
+		req, _ := http.NewRequest("POST", "http://"+m.Addr()+"/notify/acme", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("webhook-id", "m-"+txn)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+		req.Header.Set("webhook-signature", sig)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("pay %s: %d", txn, resp.StatusCode)
+		}
+	}
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer client.Close()
+	waitKey := func(key string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if n, _ := client.Exists(context.Background(), key).Result(); n == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				keys, _ := client.Keys(context.Background(), "*").Result()
+				t.Fatalf("no key %s within 5 s; keys %q", key, keys)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	epoch0 := m.cache.Epoch()
+	pay("T-e1", "O-e1")
+	waitKey("ne:" + epoch0 + ":{acme:T-e1:PAY_SUCCESS}")
+
+	req, _ := http.NewRequest("POST", "http://"+m.AdminAddr()+"/cache/epoch", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Epoch string }
+	json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || got.Epoch == "" || got.Epoch == epoch0 {
+		t.Fatalf("POST /cache/epoch: %d %+v, want 200 and a new epoch", resp.StatusCode, got)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for m.cache.Epoch() != got.Epoch {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache runs under %s 2 s after the bump to %s", m.cache.Epoch(), got.Epoch)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pay("T-e2", "O-e2")
+	waitKey("ne:" + got.Epoch + ":{acme:T-e2:PAY_SUCCESS}")
+}

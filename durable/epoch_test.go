@@ -1,0 +1,150 @@
+package durable_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// epochParts splits "<system_identifier>-<timeline>-<counter>".
+func epochParts(t *testing.T, epoch string) (sysid string, timeline, counter int64) {
+	t.Helper()
+	p := strings.Split(epoch, "-")
+	if len(p) != 3 {
+		t.Fatalf("epoch %q: want <system_identifier>-<timeline>-<counter>", epoch)
+	}
+	var err1, err2 error
+	timeline, err1 = strconv.ParseInt(p[1], 10, 64)
+	counter, err2 = strconv.ParseInt(p[2], 10, 64)
+	if _, err := strconv.ParseUint(p[0], 10, 64); err != nil || err1 != nil || err2 != nil {
+		t.Fatalf("epoch %q: not three decimal numbers", epoch)
+	}
+	return p[0], timeline, counter
+}
+
+// The epoch names the cluster (its system identifier), the timeline WAL is
+// written on and the operator counter; a bump moves the counter only, and
+// never back to a value used before, even after a restore brought back an
+// older counter.
+func TestCacheEpoch(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	e0, err := b.store.CacheEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sysid, tl, counter := epochParts(t, e0)
+	var wantSysid string
+	var checkpointTL int64
+	if err := b.db.QueryRow(ctx, `SELECT system_identifier::text, (SELECT timeline_id FROM pg_control_checkpoint()) FROM pg_control_system()`).Scan(&wantSysid, &checkpointTL); err != nil {
+		t.Fatal(err)
+	}
+	if sysid != wantSysid || tl != checkpointTL || counter != 0 {
+		t.Fatalf("epoch %s: want system identifier %s, timeline %d (never promoted), counter 0", e0, wantSysid, checkpointTL)
+	}
+	if again, err := b.store.CacheEpoch(ctx); err != nil || again != e0 {
+		t.Fatalf("read again: %q, %v; want %q", again, err, e0)
+	}
+
+	before := time.Now().UnixMicro()
+	e1, err := b.store.BumpCacheEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, tl1, c1 := epochParts(t, e1)
+	if s1 != sysid || tl1 != tl || c1 < before {
+		t.Fatalf("bumped %s from %s: want the same system identifier and timeline, a counter of at least %d (now)", e1, e0, before)
+	}
+	if read, err := b.store.CacheEpoch(ctx); err != nil || read != e1 {
+		t.Fatalf("after the bump CacheEpoch = %q, %v; want %q", read, err, e1)
+	}
+	e2, err := b.store.BumpCacheEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, c2 := epochParts(t, e2); c2 <= c1 {
+		t.Fatalf("second bump %s: counter not above %d", e2, c1)
+	}
+
+	// A restore brings an older counter back; the bump after it must not
+	// reuse e1 or e2, whose entries may still be in Redis.
+	if _, err := b.db.Exec(ctx, `UPDATE cache_epoch SET counter = 0`); err != nil {
+		t.Fatal(err)
+	}
+	e3, err := b.store.BumpCacheEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e3 == e0 || e3 == e1 || e3 == e2 {
+		t.Fatalf("the bump after a restore reused an epoch: %s (used: %s %s %s)", e3, e0, e1, e2)
+	}
+	_, _, c2 := epochParts(t, e2)
+	if _, _, c3 := epochParts(t, e3); c3 <= c2 {
+		t.Fatalf("the bump after a restore: counter %d not above every earlier one (%d)", c3, c2)
+	}
+
+	// Without its row the epoch is an error (the cache keeps the last one),
+	// and a bump puts the row back.
+	if _, err := b.db.Exec(ctx, `DELETE FROM cache_epoch`); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := b.store.CacheEpoch(ctx); err == nil {
+		t.Fatalf("CacheEpoch without its row = %q, want an error", e)
+	}
+	e4, err := b.store.BumpCacheEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read, err := b.store.CacheEpoch(ctx); err != nil || read != e4 {
+		t.Fatalf("after the bump that put the row back: %q, %v; want %q", read, err, e4)
+	}
+	if _, err := b.db.Exec(ctx, `INSERT INTO cache_epoch (id) VALUES (false)`); err == nil {
+		t.Fatal("a second cache_epoch row was accepted")
+	}
+}
+
+// The service's role needs no superuser and no pg_monitor: SELECT, INSERT
+// and UPDATE on cache_epoch are enough (PostgreSQL grants the functions the
+// epoch reads to PUBLIC).
+func TestCacheEpochAsPlainRole(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	role := fmt.Sprintf("ne_epoch_%d", os.Getpid())
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` LOGIN NOSUPERUSER NOINHERIT`,
+		`GRANT SELECT, INSERT, UPDATE ON cache_epoch TO ` + role,
+	} {
+		if _, err := b.db.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{`REVOKE ALL ON cache_epoch FROM ` + role, `DROP ROLE ` + role} {
+			if _, err := b.db.Exec(context.Background(), q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	url := strings.Replace(b.url, "postgres://postgres@", "postgres://"+role+"@", 1)
+	if url == b.url {
+		t.Fatalf("cannot set the user in %s", b.url)
+	}
+	s := newStore(t, url, durable.Config{NoMigrate: true, MaxConns: 1})
+	e, err := s.CacheEpoch(ctx)
+	if err != nil {
+		t.Fatalf("CacheEpoch as a plain role: %v", err)
+	}
+	want, _ := b.store.CacheEpoch(ctx)
+	if e != want {
+		t.Fatalf("as a plain role %q, as the owner %q", e, want)
+	}
+	if _, err := s.BumpCacheEpoch(ctx); err != nil {
+		t.Fatalf("BumpCacheEpoch as a plain role: %v", err)
+	}
+}

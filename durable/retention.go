@@ -1,0 +1,392 @@
+package durable
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// The retention defaults (the contract's configuration table).
+const (
+	// DefaultClaimRetention keeps claims, and with them byte-for-byte
+	// replays, for a week.
+	DefaultClaimRetention = 168 * time.Hour
+	// DefaultOutboxRetention keeps published outbox rows and consumer-inbox
+	// rows for a week.
+	DefaultOutboxRetention = 168 * time.Hour
+	// DefaultReviewRetention keeps resolved review rows, which hold raw
+	// bodies, for 90 days.
+	DefaultReviewRetention = 2160 * time.Hour
+	// MinClaimRetention is the channels' retry window with a margin: a
+	// claim must outlive every retry of its delivery, so that a retry is
+	// replayed (byte for byte) rather than decided again.
+	MinClaimRetention = 25 * time.Hour
+)
+
+// The tables retention deletes from, in the order of a cycle; they are the
+// table label values of the retention metrics.
+const (
+	TableClaim         = "notify_claim"
+	TableOutbox        = "outbox"
+	TableConsumerInbox = "consumer_inbox"
+	TableReview        = "notify_review"
+)
+
+// RetentionTables lists the tables retention deletes from.
+var RetentionTables = []string{TableClaim, TableOutbox, TableConsumerInbox, TableReview}
+
+// RetentionConfig configures RunRetention. Zero fields take the defaults
+// noted.
+type RetentionConfig struct {
+	// ClaimRetention: claims older than this by created_at are deleted
+	// (default DefaultClaimRetention; below MinClaimRetention is refused).
+	ClaimRetention time.Duration
+	// OutboxRetention: published outbox rows older than this by
+	// published_at, and consumer-inbox rows older than this by
+	// processed_at, are deleted (default DefaultOutboxRetention).
+	// Unpublished rows are never deleted.
+	OutboxRetention time.Duration
+	// ReviewRetention: resolved review rows older than this by resolved_at
+	// are deleted (default DefaultReviewRetention). Open rows are never
+	// deleted.
+	ReviewRetention time.Duration
+	// Batch is how many rows one DELETE removes, each its own short
+	// transaction (default 1000).
+	Batch int
+	// Pause separates two batches (default 200ms; at least the last
+	// batch's own duration), so that a backlog is worked off beside the
+	// callbacks, not instead of them: Batch rows per Pause bounds the rate
+	// (5,000 rows a second by default, about five times a busy node's
+	// insert rate), and with it the WAL and dirty pages the deletes make
+	// and the vacuum they leave behind.
+	Pause time.Duration
+	// Interval is the sleep once nothing is old enough, and how often a
+	// standby node tries to become the leader (default 1m).
+	Interval time.Duration
+	// LockTimeout is the batches' lock_timeout (default 100ms): a batch
+	// never queues for long behind a lock (a migration's, say) that
+	// callbacks would then queue behind it for.
+	LockTimeout time.Duration
+	// StatementTimeout is the batches' statement_timeout (default 5s): the
+	// longest a batch holds the row locks of what it deletes.
+	StatementTimeout time.Duration
+	// LockID is the advisory lock that elects the leader (default a fixed
+	// id of retention's own, not the relay's).
+	LockID int64
+	// OnDeleted hears every batch that deleted rows: its table and count
+	// (for notifyedge_retention_deleted_total).
+	OnDeleted func(table string, n int64)
+	// OnCycle hears the end of every cycle of the leader: every table
+	// worked off to nothing old enough, or as far as locks let it.
+	OnCycle func(RetentionCycle)
+	// OnState hears "leader" (this node deletes) and "standby".
+	OnState func(state string)
+	// OnError hears every failure RunRetention recovers from by retrying.
+	OnError func(error)
+}
+
+// RetentionCycle is one cycle of the retention leader.
+type RetentionCycle struct {
+	// Deleted counts the rows deleted, by table.
+	Deleted map[string]int64
+	// Took is the cycle's duration, pauses included.
+	Took time.Duration
+}
+
+// retentionLockID is retention's own advisory lock, apart from the relay's
+// (relayLockID): the two lead independently, possibly on different nodes.
+const retentionLockID = int64(0x726574656e74) // "retent"
+
+func (c RetentionConfig) withDefaults() (RetentionConfig, error) {
+	c.ClaimRetention = cmp.Or(c.ClaimRetention, DefaultClaimRetention)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, DefaultOutboxRetention)
+	c.ReviewRetention = cmp.Or(c.ReviewRetention, DefaultReviewRetention)
+	c.Batch = cmp.Or(c.Batch, 1000)
+	c.Pause = cmp.Or(c.Pause, 200*time.Millisecond)
+	c.Interval = cmp.Or(c.Interval, time.Minute)
+	c.LockTimeout = cmp.Or(c.LockTimeout, 100*time.Millisecond)
+	c.StatementTimeout = cmp.Or(c.StatementTimeout, 5*time.Second)
+	c.LockID = cmp.Or(c.LockID, retentionLockID)
+	return c, c.validate()
+}
+
+func (c RetentionConfig) validate() error {
+	if c.ClaimRetention < MinClaimRetention {
+		return fmt.Errorf("durable: claim retention %s is below %s, the channels' retry window: a retry must still find its claim",
+			c.ClaimRetention, MinClaimRetention)
+	}
+	if c.OutboxRetention < 0 || c.ReviewRetention < 0 || c.Batch < 0 || c.Pause < 0 || c.Interval < 0 ||
+		c.LockTimeout < 0 || c.StatementTimeout < 0 {
+		return errors.New("durable: negative retention setting")
+	}
+	return nil
+}
+
+// ValidateRetention reports whether RunRetention would accept cfg (zero
+// fields taking their defaults): a node refuses a bad setting at start,
+// not a minute later in its first cycle.
+func ValidateRetention(cfg RetentionConfig) error {
+	_, err := cfg.withDefaults()
+	return err
+}
+
+// retentionTable is what retention deletes from one table: the rows whose
+// column (NULL never qualifies: unpublished outbox rows and open review
+// rows) is older than the table's retention.
+type retentionTable struct {
+	name string
+	// col ages the rows.
+	col  string
+	keep func(RetentionConfig) time.Duration
+	// byID walks the table in id order (the outbox: see
+	// sqlOutboxRetentionBatch), not in col's.
+	byID bool
+	// batch deletes the next Batch rows: $1 the cutoff, $2 where the
+	// previous batch stopped, $3 Batch.
+	batch string
+}
+
+var retentionPlan = []retentionTable{
+	{name: TableClaim, col: "created_at", keep: func(c RetentionConfig) time.Duration { return c.ClaimRetention }},
+	{name: TableOutbox, col: "published_at", keep: func(c RetentionConfig) time.Duration { return c.OutboxRetention },
+		byID: true, batch: sqlOutboxRetentionBatch},
+	{name: TableConsumerInbox, col: "processed_at", keep: func(c RetentionConfig) time.Duration { return c.OutboxRetention }},
+	{name: TableReview, col: "resolved_at", keep: func(c RetentionConfig) time.Duration { return c.ReviewRetention }},
+}
+
+func init() {
+	for i := range retentionPlan {
+		if t := &retentionPlan[i]; !t.byID {
+			t.batch = retentionBatchSQL(t.name, t.col)
+		}
+	}
+}
+
+// retentionBatchSQL deletes one batch of table: the oldest rows by col
+// below the cutoff ($1) from the lower bound ($2) on, at most $3 of them,
+// and returns how many it deleted and the newest col among them.
+//
+//   - The sub-SELECT walks col's index (0001, 0006) from the bound (ORDER
+//     BY col LIMIT), so a batch reads what it deletes and a little more,
+//     whatever the table's size. The bound is the previous batch's newest
+//     col, so the next batch starts past the index entries this cycle
+//     already made dead instead of stepping over all of them again (vacuum
+//     removes them only later).
+//   - FOR UPDATE SKIP LOCKED: a row another transaction holds is left for
+//     the next cycle; a batch never waits on a row lock.
+//   - The DELETE finds its rows by ctid (a TID scan): they are locked by
+//     this statement, so they cannot have moved.
+//   - NULL is older than nothing: an open review row never qualifies.
+func retentionBatchSQL(table, col string) string {
+	return fmt.Sprintf(`WITH d AS (
+  DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM %[1]s
+     WHERE %[2]s < $1 AND %[2]s >= $2
+     ORDER BY %[2]s
+     LIMIT $3
+       FOR UPDATE SKIP LOCKED))
+  RETURNING %[2]s)
+SELECT count(*), max(%[2]s) FROM d`, table, col)
+}
+
+// sqlOutboxRetentionBatch deletes one batch of published outbox rows. The
+// outbox has no index on published_at (0006 says why); the relay
+// publishes in id order, so published_at grows with id, and the batch
+// walks the primary key instead: the next $3 rows after id $2 ("head"),
+// of which it deletes those published before the cutoff $1 (FOR UPDATE
+// SKIP LOCKED, by ctid, as retentionBatchSQL). It returns how many it
+// deleted, how many it read, whether the last of those was old enough, and
+// its id. A head whose last row is not old enough (published later, or not
+// yet) ends the table's cycle: behind it, rows are younger. An unpublished
+// row has published_at NULL, which is older than nothing, so it stays; one
+// inside a head is stepped over.
+const sqlOutboxRetentionBatch = `WITH head AS MATERIALIZED (
+  SELECT id, published_at < $1 AS old FROM outbox WHERE id > $2 ORDER BY id LIMIT $3
+), d AS (
+  DELETE FROM outbox WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM outbox
+     WHERE id = ANY (ARRAY(SELECT id FROM head WHERE old)) AND published_at < $1
+       FOR UPDATE SKIP LOCKED))
+  RETURNING 1)
+SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM head),
+       coalesce((SELECT old FROM head ORDER BY id DESC LIMIT 1), false), coalesce((SELECT max(id) FROM head), $2)`
+
+// RunRetention deletes what is older than its retention (RetentionConfig)
+// until ctx ends, then returns nil; it returns an error at once only for a
+// configuration it refuses. Call it on every node: one at a time leads,
+// the holder of a session advisory lock of retention's own on a dedicated
+// connection; the others try again every Interval, and one of them takes
+// over once the leader's session ends.
+//
+// The leader works every table off in batches (Batch rows, each DELETE its
+// own short transaction under LockTimeout and StatementTimeout, skipping
+// rows locked by others, Pause between two), until nothing is old enough,
+// then sleeps Interval. Orders, trade_refund rows, unpublished outbox rows
+// and open review rows are never deleted.
+//
+// A standby tries the lock with pg_try_advisory_lock and closes its
+// connection, rather than waiting in pg_advisory_lock as the relay's
+// standby does: a statement that waits holds its snapshot for as long as
+// it waits, and such a snapshot keeps vacuum from removing any row deleted
+// after it began (the dead rows retention leaves would stay for good) and
+// makes CREATE INDEX CONCURRENTLY wait for it. Nothing depends on there
+// being only one leader: two would skip each other's rows.
+func (s *Store) RunRetention(ctx context.Context, cfg RetentionConfig) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	state := func(st string) {
+		if cfg.OnState != nil {
+			cfg.OnState(st)
+		}
+	}
+	state("standby")
+	for ctx.Err() == nil {
+		err := s.retain(ctx, cfg, state)
+		state("standby")
+		if err != nil && ctx.Err() == nil && cfg.OnError != nil {
+			cfg.OnError(err)
+		}
+		sleep(ctx, cfg.Interval)
+	}
+	return nil
+}
+
+// retain tries for leadership on a connection of its own and, if it wins,
+// runs cycles until an error or ctx ends. The lock goes with the
+// connection.
+func (s *Store) retain(ctx context.Context, cfg RetentionConfig, state func(string)) error {
+	cc := s.pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["statement_timeout"] = ms(cfg.StatementTimeout)
+	cc.RuntimeParams["lock_timeout"] = ms(cfg.LockTimeout)
+	// A delete lost in a crash is done again by the next cycle: its commit
+	// need not wait for the WAL flush (nor for a synchronous standby).
+	cc.RuntimeParams["synchronous_commit"] = "off"
+	cc.RuntimeParams["application_name"] = cmp.Or(cc.RuntimeParams["application_name"], "notifyedge") + "-retention"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("retention: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var leader bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, cfg.LockID).Scan(&leader); err != nil {
+		return wrap(ctx, "retention: try for leadership", err)
+	}
+	if !leader {
+		return nil
+	}
+	state("leader")
+	for {
+		start := time.Now()
+		deleted, err := s.retentionCycle(ctx, conn, cfg)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if cfg.OnCycle != nil {
+			cfg.OnCycle(RetentionCycle{Deleted: deleted, Took: time.Since(start)})
+		}
+		sleep(ctx, cfg.Interval)
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// retentionCycle works every table off, from one reading of the server's
+// clock (the clock that wrote the timestamps).
+func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) (map[string]int64, error) {
+	var now time.Time
+	if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, wrap(ctx, "retention: read the clock", err)
+	}
+	deleted := make(map[string]int64, len(retentionPlan))
+	for _, t := range retentionPlan {
+		cutoff := now.Add(-t.keep(cfg))
+		// The batch's cursor: where the previous batch stopped.
+		from := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+		var after int64
+		for {
+			var n int64
+			var more bool
+			began := time.Now()
+			var err error
+			if t.byID {
+				var read int64
+				var lastOld bool
+				err = conn.QueryRow(ctx, t.batch, cutoff, after, cfg.Batch).Scan(&n, &read, &lastOld, &after)
+				more = read == int64(cfg.Batch) && lastOld
+			} else {
+				err = conn.QueryRow(ctx, t.batch, cutoff, from, cfg.Batch).Scan(&n, &from)
+				// A short batch means nothing old enough is left but rows
+				// other transactions hold: the next cycle takes those.
+				more = n == int64(cfg.Batch)
+			}
+			if err != nil {
+				return deleted, wrap(ctx, "retention: delete from "+t.name, err)
+			}
+			if n > 0 {
+				deleted[t.name] += n
+				if cfg.OnDeleted != nil {
+					cfg.OnDeleted(t.name, n)
+				}
+			}
+			if !more {
+				break
+			}
+			// A batch that took long met contention: back off as long.
+			sleep(ctx, max(cfg.Pause, time.Since(began)))
+			if ctx.Err() != nil {
+				return deleted, ctx.Err()
+			}
+		}
+	}
+	return deleted, nil
+}
+
+// sqlOldestRowAges reads, per table, the age of the oldest row retention
+// would delete once it is old enough (0 when there is none): each is one
+// probe at the low end of an index (0001, 0006; the outbox's primary key:
+// its first row, by id, if it is published).
+const sqlOldestRowAges = `SELECT
+  coalesce(extract(epoch FROM now() - (SELECT min(created_at) FROM notify_claim)), 0)::float8,
+  coalesce(extract(epoch FROM now() - (SELECT published_at FROM outbox ORDER BY id LIMIT 1)), 0)::float8,
+  coalesce(extract(epoch FROM now() - (SELECT min(processed_at) FROM consumer_inbox)), 0)::float8,
+  coalesce(extract(epoch FROM now() - (SELECT min(resolved_at) FROM notify_review WHERE resolved_at IS NOT NULL)), 0)::float8`
+
+// OldestRowAges returns, by table (RetentionTables), the age of its oldest
+// row of the kind retention deletes: any claim by created_at, a published
+// outbox row by published_at, a consumer-inbox row by processed_at, a
+// resolved review row by resolved_at; 0 when the table holds none. For the
+// outbox it is the first row's, in id order, the row retention deletes
+// next; 0 when that row is not published yet (then the relay is behind,
+// not retention: notifyedge_outbox_oldest_pending_seconds). An age
+// well past its retention (plus the retention interval) means retention is
+// not keeping up, or not running. It reads on the operator pool, one index
+// probe per table, under the same planner settings as OutboxBacklog (stale
+// statistics must not turn a probe into a scan).
+func (s *Store) OldestRowAges(ctx context.Context) (map[string]time.Duration, error) {
+	var secs [4]float64
+	err := pgx.BeginTxFunc(ctx, s.ops, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlIndexOrderOnly); err != nil {
+			return fmt.Errorf("planner settings: %w", err)
+		}
+		return tx.QueryRow(ctx, sqlOldestRowAges).Scan(&secs[0], &secs[1], &secs[2], &secs[3])
+	})
+	if err != nil {
+		return nil, wrap(ctx, "oldest row ages", err)
+	}
+	out := make(map[string]time.Duration, len(RetentionTables))
+	for i, t := range RetentionTables {
+		out[t] = time.Duration(max(secs[i], 0) * float64(time.Second))
+	}
+	return out, nil
+}

@@ -1,0 +1,604 @@
+package durable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/notifyedge/notifyedge/durable"
+)
+
+// The retentions the tests run with: each table's own, so that a row aged
+// between two of them shows which one applies.
+const (
+	claimKeep  = 48 * time.Hour
+	outboxKeep = 72 * time.Hour
+	reviewKeep = 96 * time.Hour
+)
+
+func testRetention() durable.RetentionConfig {
+	return durable.RetentionConfig{ClaimRetention: claimKeep, OutboxRetention: outboxKeep, ReviewRetention: reviewKeep,
+		Interval: 50 * time.Millisecond, Pause: time.Millisecond}
+}
+
+// retention is one RunRetention in the background.
+type retention struct {
+	cycles  chan durable.RetentionCycle
+	errs    chan error
+	state   atomic.Value // "leader" or "standby"
+	batches atomic.Int64 // batches that deleted rows
+	stop    func()
+}
+
+// startRetention runs s.RunRetention(cfg) until the returned retention's
+// stop (or the test's end); its callbacks feed the channels.
+func startRetention(t *testing.T, s *durable.Store, cfg durable.RetentionConfig) *retention {
+	t.Helper()
+	r := &retention{cycles: make(chan durable.RetentionCycle, 1000), errs: make(chan error, 1000)}
+	r.state.Store("")
+	cfg.OnCycle = func(c durable.RetentionCycle) { r.cycles <- c }
+	cfg.OnError = func(err error) { r.errs <- err }
+	cfg.OnState = func(st string) { r.state.Store(st) }
+	deleted := cfg.OnDeleted
+	cfg.OnDeleted = func(table string, n int64) {
+		r.batches.Add(1)
+		if deleted != nil {
+			deleted(table, n)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.RunRetention(ctx, cfg) }()
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("RunRetention: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("RunRetention did not return within 10s of its context's end")
+			}
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// cycle waits for the next cycle's end; a recovered error fails the test.
+func (r *retention) cycle(t *testing.T) durable.RetentionCycle {
+	t.Helper()
+	select {
+	case c := <-r.cycles:
+		return c
+	case err := <-r.errs:
+		t.Fatalf("retention: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no retention cycle within 20s")
+	}
+	return durable.RetentionCycle{}
+}
+
+// retentionCycle runs one cycle with cfg and stops.
+func retentionCycle(t *testing.T, s *durable.Store, cfg durable.RetentionConfig) durable.RetentionCycle {
+	t.Helper()
+	r := startRetention(t, s, cfg)
+	defer r.stop()
+	return r.cycle(t)
+}
+
+func (b *bundle) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := b.db.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (b *bundle) strings(t *testing.T, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := b.db.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	slices.Sort(out)
+	return nilIfEmpty(out)
+}
+
+// hours is a Postgres interval of h hours, for aging rows.
+func hours(h int) string { return fmt.Sprintf("%d hours", h) }
+
+// Every table, every class of row, aged around each retention: exactly what
+// is older than its own table's retention goes; what retention must never
+// delete stays however old.
+func TestRetentionDeletesOnlyWhatIsOld(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	claim := func(key, age string) {
+		b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json, created_at)
+			VALUES ($1, 'O-x', repeat('0', 64), 'DONE', '{}', now() - $2::interval)`, key, age)
+	}
+	outbox := func(label, createdAge string, publishedAge *string) {
+		b.exec(t, `INSERT INTO outbox (topic, order_no, payload, created_at, published_at)
+			VALUES ('ORDER_PAID', $1, '{}', now() - $2::interval, now() - $3::interval)`, label, createdAge, publishedAge)
+	}
+	inbox := func(consumer, age string) {
+		b.exec(t, `INSERT INTO consumer_inbox (consumer, outbox_id, processed_at) VALUES ($1, 1, now() - $2::interval)`, consumer, age)
+	}
+	review := func(key, createdAge string, resolvedAge *string) {
+		b.exec(t, `INSERT INTO notify_review (biz_key, order_no, reason, payload_hash, raw_body, created_at, resolved_at)
+			VALUES ($1, 'O-x', 'UNKNOWN_ORDER', repeat('0', 64), '{}', now() - $2::interval, now() - $3::interval)`, key, createdAge, resolvedAge)
+	}
+	ptr := func(s string) *string { return &s }
+
+	claim("claim-49h", hours(49))
+	claim("claim-47h", hours(47))
+	claim("claim-now", "0s")
+	outbox("published-73h", hours(1000), ptr(hours(73)))
+	outbox("published-71h", hours(1000), ptr(hours(71)))
+	outbox("published-49h", hours(49), ptr(hours(49))) // past the claim retention only
+	outbox("unpublished-1000h", hours(1000), nil)
+	inbox("inbox-73h", hours(73))
+	inbox("inbox-71h", hours(71))
+	review("resolved-97h", hours(1000), ptr(hours(97)))
+	review("resolved-95h", hours(1000), ptr(hours(95)))
+	review("resolved-73h", hours(1000), ptr(hours(73))) // past the outbox retention only
+	review("open-1000h", hours(1000), nil)
+	// An order, its payment and refunds, all long past every retention.
+	b.seed(t, "O-old", durable.Refunded, 100, "test:T-old", 100, refund{"test:T-old", "R1", 40}, refund{"test:T-old", "", 60})
+	b.exec(t, `UPDATE biz_order SET updated_at = now() - interval '5000 hours'`)
+	b.exec(t, `UPDATE trade_refund SET created_at = now() - interval '5000 hours'`)
+	// A delivery decided now, its rows aged past the claim retention but
+	// within the outbox's.
+	b.order(t, "O-paid", durable.PendingPay, 100, "CNY")
+	process(t, b.store, note("T-paid", durable.PaySuccess, "O-paid", 100, "CNY"))
+	b.exec(t, `UPDATE notify_claim SET created_at = now() - interval '50 hours' WHERE order_no = 'O-paid'`)
+	b.exec(t, `UPDATE outbox SET published_at = now() - interval '50 hours', created_at = now() - interval '50 hours' WHERE order_no = 'O-paid'`)
+
+	var deleted sync.Map
+	cfg := testRetention()
+	cfg.OnDeleted = func(table string, n int64) {
+		v, _ := deleted.LoadOrStore(table, new(atomic.Int64))
+		v.(*atomic.Int64).Add(n)
+	}
+	c := retentionCycle(t, b.store, cfg)
+
+	want := map[string]int64{"notify_claim": 2, "outbox": 1, "consumer_inbox": 1, "notify_review": 1}
+	if d := cmp.Diff(want, c.Deleted); d != "" {
+		t.Errorf("cycle's deleted counts (-want +got):\n%s", d)
+	}
+	heard := map[string]int64{}
+	deleted.Range(func(k, v any) bool { heard[k.(string)] = v.(*atomic.Int64).Load(); return true })
+	if d := cmp.Diff(want, heard); d != "" {
+		t.Errorf("OnDeleted (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"claim-47h", "claim-now"}, b.strings(t, `SELECT biz_key FROM notify_claim`)); d != "" {
+		t.Errorf("claims kept (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"O-paid", "published-49h", "published-71h", "unpublished-1000h"},
+		b.strings(t, `SELECT order_no FROM outbox`)); d != "" {
+		t.Errorf("outbox rows kept (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"inbox-71h"}, b.strings(t, `SELECT consumer FROM consumer_inbox`)); d != "" {
+		t.Errorf("consumer-inbox rows kept (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"open-1000h", "resolved-73h", "resolved-95h"}, b.strings(t, `SELECT biz_key FROM notify_review`)); d != "" {
+		t.Errorf("review rows kept (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"O-old", "O-paid"}, b.strings(t, `SELECT order_no FROM biz_order`)); d != "" {
+		t.Errorf("orders (-want +got):\n%s", d)
+	}
+	if _, refunded, refunds := b.money(t, "O-old"); refunded != 100 || len(refunds) != 2 {
+		t.Errorf("O-old after retention: refunded %d, refunds %v", refunded, refunds)
+	}
+	var status string
+	if err := b.db.QueryRow(ctx, `SELECT status FROM biz_order WHERE order_no = 'O-paid'`).Scan(&status); err != nil || status != "PAID" {
+		t.Errorf("O-paid: %q, %v", status, err)
+	}
+}
+
+// A delivery that arrives after retention deleted its claim is decided
+// again by the state machine: a payment already applied is skipped with no
+// alarm, and a refund already applied is skipped, never applied twice.
+func TestRetentionLateDeliveries(t *testing.T) {
+	b := setup(t)
+	// O-1: paid by T-1, partly refunded by refund R-1.
+	b.order(t, "O-1", durable.PendingPay, 100, "CNY")
+	pay := note("T-1", durable.PaySuccess, "O-1", 100, "CNY")
+	part := refundNote("T-1", "R-1", "O-1", 100, 30, false)
+	// O-2: paid by T-2, refunded in full by a refund without an id.
+	b.order(t, "O-2", durable.PendingPay, 100, "CNY")
+	pay2 := note("T-2", durable.PaySuccess, "O-2", 100, "CNY")
+	full := note("T-2", durable.RefundSuccess, "O-2", 100, "CNY")
+	for _, n := range []durable.Notification{pay, part, pay2, full} {
+		if r := process(t, b.store, n); r.Outcome != durable.Applied {
+			t.Fatalf("%s: %+v, want applied", n.BizKey, r)
+		}
+	}
+	topics1, topics2 := b.topics(t, "O-1"), b.topics(t, "O-2")
+	b.exec(t, `UPDATE notify_claim SET created_at = now() - interval '200 hours'`)
+	if c := retentionCycle(t, b.store, testRetention()); c.Deleted["notify_claim"] != 4 {
+		t.Fatalf("deleted %v, want the 4 claims", c.Deleted)
+	}
+	if n := b.count(t, `SELECT count(*) FROM notify_claim`); n != 0 {
+		t.Fatalf("%d claims left", n)
+	}
+
+	for _, tc := range []struct {
+		n      durable.Notification
+		status durable.State
+	}{{pay, durable.Paid}, {part, durable.Paid}, {pay2, durable.Refunded}, {full, durable.Refunded}} {
+		r := process(t, b.store, tc.n)
+		if r.Outcome != durable.Skipped || r.Replayed || r.Status != tc.status || r.Review != "" {
+			t.Errorf("late %s: %+v, want skipped on %s, no review", tc.n.BizKey, r, tc.status)
+		}
+	}
+	if got := b.reviews(t, "O-1"); got != nil {
+		t.Errorf("O-1 reviews %v, want none (no DUPLICATE_PAYMENT for the payer's own late duplicate)", got)
+	}
+	if got := b.reviews(t, "O-2"); got != nil {
+		t.Errorf("O-2 reviews %v, want none", got)
+	}
+	payer, refunded, refunds := b.money(t, "O-1")
+	if d := cmp.Diff([]refund{{"test:T-1", "R-1", 30}}, refunds); payer != "test:T-1" || refunded != 30 || d != "" {
+		t.Errorf("O-1: payer %q, refunded %d, refunds (-want +got):\n%s", payer, refunded, d)
+	}
+	payer, refunded, refunds = b.money(t, "O-2")
+	if d := cmp.Diff([]refund{{"test:T-2", "", 100}}, refunds); payer != "test:T-2" || refunded != 100 || d != "" {
+		t.Errorf("O-2: payer %q, refunded %d, refunds (-want +got):\n%s", payer, refunded, d)
+	}
+	if got := b.topics(t, "O-1"); !slices.Equal(got, topics1) {
+		t.Errorf("O-1 topics %v, want %v (nothing new)", got, topics1)
+	}
+	if got := b.topics(t, "O-2"); !slices.Equal(got, topics2) {
+		t.Errorf("O-2 topics %v, want %v (nothing new)", got, topics2)
+	}
+	// The late deliveries hold claims again, with the skip as their result.
+	if n := b.count(t, `SELECT count(*) FROM notify_claim WHERE strpos(result_json, '"outcome":"skipped"') > 0`); n != 4 {
+		t.Errorf("%d skipped claims, want 4", n)
+	}
+}
+
+// One node leads at a time, the others stand by without waiting on a lock
+// (no snapshot held); the leader's lock goes with its context, and a
+// standby takes over. Retention's lock is not the relay's: both lead at
+// once.
+func TestRetentionOneLeader(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	relayState := make(chan string, 10)
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		b.store.RunRelay(relayCtx, durable.RelayConfig{Publisher: discard{}, OnState: func(s string) { relayState <- s }})
+	}()
+	defer func() { stopRelay(); <-relayDone }()
+	waitFor(t, "the relay leads", func() bool {
+		select {
+		case s := <-relayState:
+			return s == "running"
+		default:
+			return false
+		}
+	})
+
+	nodes := []*retention{startRetention(t, b.store, testRetention()), startRetention(t, newStore(t, b.url, durable.Config{}), testRetention())}
+	leaders := func() (n int, who int) {
+		for i, r := range nodes {
+			if r.state.Load() == "leader" {
+				n, who = n+1, i
+			}
+		}
+		return n, who
+	}
+	waitFor(t, "a leader", func() bool { n, _ := leaders(); return n == 1 })
+	_, first := leaders()
+	other := 1 - first
+
+	// Old rows keep coming; for a while only the leader deletes them, and
+	// the standby never waits on the lock.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+			SELECT 'k' || g || '-' || clock_timestamp(), 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' FROM generate_series(1, 5) g`)
+		if n, _ := leaders(); n != 1 {
+			t.Fatalf("%d leaders", n)
+		}
+		if n := b.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`); n != 0 {
+			t.Fatalf("%d sessions wait on an advisory lock", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if nodes[first].batches.Load() == 0 || nodes[other].batches.Load() != 0 {
+		t.Fatalf("batches: leader %d, standby %d", nodes[first].batches.Load(), nodes[other].batches.Load())
+	}
+	held := b.count(t, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND a.application_name LIKE '%-retention'`)
+	if held != 1 {
+		t.Errorf("%d retention sessions hold an advisory lock, want 1", held)
+	}
+
+	// The leader stops: its lock is released and the other takes over.
+	nodes[first].stop()
+	waitFor(t, "the standby to take over", func() bool { return nodes[other].state.Load() == "leader" })
+	b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+		VALUES ('after-takeover', 'O', repeat('0', 64), 'DONE', now() - interval '100 hours')`)
+	waitFor(t, "the new leader to delete", func() bool {
+		return b.count(t, `SELECT count(*) FROM notify_claim WHERE biz_key = 'after-takeover'`) == 0
+	})
+	if nodes[other].batches.Load() == 0 {
+		t.Error("the new leader deleted nothing")
+	}
+	select {
+	case s := <-relayState:
+		t.Errorf("relay state changed to %q while retention changed leaders", s)
+	default:
+	}
+}
+
+type discard struct{}
+
+func (discard) Publish(context.Context, []durable.OutboxMessage) error { return nil }
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A row another transaction holds is skipped, not waited for: the cycle
+// deletes the rest at once and the next cycle takes it once it is free.
+func TestRetentionSkipsLockedRows(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+		SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' FROM generate_series(1, 5) g`)
+	tx, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM notify_claim WHERE biz_key = 'k3' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	r := startRetention(t, b.store, testRetention())
+	start := time.Now()
+	c := r.cycle(t)
+	if c.Deleted["notify_claim"] != 4 || time.Since(start) > 2*time.Second {
+		t.Errorf("with k3 locked: deleted %v in %v, want the 4 others at once", c.Deleted, time.Since(start))
+	}
+	if got := b.strings(t, `SELECT biz_key FROM notify_claim`); !slices.Equal(got, []string{"k3"}) {
+		t.Errorf("left %v, want [k3]", got)
+	}
+	tx.Rollback(ctx)
+	for b.count(t, `SELECT count(*) FROM notify_claim`) != 0 {
+		r.cycle(t)
+	}
+}
+
+// A batch that cannot get its table lock gives up after LockTimeout (and
+// retries later), rather than queueing, with callbacks queueing behind it,
+// until its statement_timeout.
+func TestRetentionLockTimeout(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+		VALUES ('old', 'O', repeat('0', 64), 'DONE', now() - interval '100 hours')`)
+	// What a migration's plain CREATE INDEX holds: SHARE, which the DELETE's
+	// ROW EXCLUSIVE waits for.
+	tx, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE notify_claim IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testRetention()
+	cfg.LockTimeout, cfg.StatementTimeout, cfg.Interval = 100*time.Millisecond, 5*time.Second, 200*time.Millisecond
+	r := startRetention(t, b.store, cfg)
+	start := time.Now()
+	select {
+	case err := <-r.errs:
+		if !errors.Is(err, durable.ErrTimeout) || !strings.Contains(err.Error(), "notify_claim") {
+			t.Errorf("error %v, want ErrTimeout naming notify_claim", err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("gave up after %v, want about the 100ms lock_timeout", el)
+		}
+	case c := <-r.cycles:
+		t.Fatalf("a cycle ended behind the table lock: %v", c.Deleted)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no error within 10s")
+	}
+	tx.Rollback(ctx)
+	waitFor(t, "the retry to delete", func() bool { return b.count(t, `SELECT count(*) FROM notify_claim`) == 0 })
+}
+
+// Batches are at most Batch rows; a backlog takes several, one after the
+// other, in one cycle.
+func TestRetentionBatches(t *testing.T) {
+	b := setup(t)
+	b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+		SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' - g * interval '1 second'
+		  FROM generate_series(1, 35) g`)
+	var mu sync.Mutex
+	var sizes []int64
+	cfg := testRetention()
+	cfg.Batch = 10
+	cfg.OnDeleted = func(_ string, n int64) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+	c := retentionCycle(t, b.store, cfg)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int64{10, 10, 10, 5}) || c.Deleted["notify_claim"] != 35 {
+		t.Errorf("batches %v, deleted %v; want 10, 10, 10, 5", sizes, c.Deleted)
+	}
+}
+
+// A claim retention under the channels' retry window is refused, before
+// anything runs; zero fields take the defaults.
+func TestRetentionConfig(t *testing.T) {
+	for _, bad := range []durable.RetentionConfig{{ClaimRetention: 24 * time.Hour}, {ClaimRetention: time.Minute}} {
+		err := durable.ValidateRetention(bad)
+		if err == nil || !strings.Contains(err.Error(), "claim retention") {
+			t.Errorf("ValidateRetention(%v): %v, want a refusal naming the claim retention", bad.ClaimRetention, err)
+		}
+	}
+	if err := durable.ValidateRetention(durable.RetentionConfig{OutboxRetention: -time.Hour}); err == nil {
+		t.Error("a negative outbox retention accepted")
+	}
+	for _, ok := range []durable.RetentionConfig{{}, {ClaimRetention: durable.MinClaimRetention}} {
+		if err := durable.ValidateRetention(ok); err != nil {
+			t.Errorf("ValidateRetention(%+v): %v", ok, err)
+		}
+	}
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.store.RunRetention(ctx, durable.RetentionConfig{ClaimRetention: 24 * time.Hour}); err == nil || ctx.Err() != nil {
+		t.Errorf("RunRetention with 24h: %v after %v, want an error at once", err, ctx.Err())
+	}
+}
+
+// OldestRowAges reads the oldest row of each kind retention deletes, and
+// nothing of the kinds it never deletes.
+func TestOldestRowAges(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	ages, err := b.store.OldestRowAges(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string]time.Duration{"notify_claim": 0, "outbox": 0, "consumer_inbox": 0, "notify_review": 0}, ages); d != "" {
+		t.Errorf("empty database (-want +got):\n%s", d)
+	}
+	b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+		VALUES ('a', 'O', repeat('0', 64), 'DONE', now() - interval '10 hours'), ('b', 'O', repeat('0', 64), 'DONE', now())`)
+	// The outbox's is its first row's, by id (the relay publishes in id
+	// order): an unpublished row behind it does not count.
+	b.exec(t, `INSERT INTO outbox (topic, order_no, payload, created_at, published_at) VALUES
+		('ORDER_PAID', 'O', '{}', now() - interval '800 hours', now() - interval '20 hours'),
+		('ORDER_PAID', 'O', '{}', now() - interval '900 hours', NULL)`)
+	b.exec(t, `INSERT INTO consumer_inbox (consumer, outbox_id, processed_at) VALUES ('c', 1, now() - interval '30 hours')`)
+	b.exec(t, `INSERT INTO notify_review (biz_key, order_no, reason, payload_hash, raw_body, created_at, resolved_at) VALUES
+		('open', 'O', 'UNKNOWN_ORDER', repeat('0', 64), '{}', now() - interval '900 hours', NULL),
+		('done', 'O', 'UNKNOWN_ORDER', repeat('0', 64), '{}', now() - interval '900 hours', now() - interval '40 hours')`)
+	if ages, err = b.store.OldestRowAges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for table, h := range map[string]int{"notify_claim": 10, "outbox": 20, "consumer_inbox": 30, "notify_review": 40} {
+		if got := ages[table]; got < time.Duration(h)*time.Hour || got > time.Duration(h)*time.Hour+time.Minute {
+			t.Errorf("%s: %v, want %dh", table, got, h)
+		}
+	}
+	// Once the first row is gone, the outbox's head is unpublished: the
+	// relay is behind, not retention.
+	b.exec(t, `DELETE FROM outbox WHERE published_at IS NOT NULL`)
+	if ages, err = b.store.OldestRowAges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ages["outbox"] != 0 {
+		t.Errorf("outbox with an unpublished head: %v, want 0", ages["outbox"])
+	}
+}
+
+// The outbox is walked in id order: a batch deletes its old published
+// rows and steps over an unpublished one; the cycle ends at the first
+// batch whose last row is not old enough. Unpublished rows stay, however
+// old.
+func TestRetentionOutboxInIDOrder(t *testing.T) {
+	b := setup(t)
+	insert := func(n int, published string) {
+		b.exec(t, `INSERT INTO outbox (topic, order_no, payload, created_at, published_at)
+			SELECT 'ORDER_PAID', 'O', '{}', now() - interval '1000 hours', now() - $2::interval FROM generate_series(1, $1::int)`, n, published)
+	}
+	insert(15, "100 hours")
+	b.exec(t, `INSERT INTO outbox (topic, order_no, payload, created_at) VALUES ('ORDER_PAID', 'unpublished', '{}', now() - interval '1000 hours')`)
+	insert(15, "100 hours")
+	insert(3, "1 hour")
+	insert(2, "100 hours") // behind young rows, but in the same batch
+	var mu sync.Mutex
+	var sizes []int64
+	cfg := testRetention()
+	cfg.Batch = 10
+	cfg.OnDeleted = func(_ string, n int64) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+	r := startRetention(t, b.store, cfg)
+	// Ids 1-15 old, 16 unpublished, 17-31 old, 32-34 young, 35-36 old:
+	// 1-10, 11-20 but 16, 21-30, then 31-36 ends with an old row but is
+	// short: 31, 35, 36.
+	if c := r.cycle(t); c.Deleted["outbox"] != 32 {
+		t.Errorf("cycle deleted %d outbox rows, want 32", c.Deleted["outbox"])
+	}
+	r.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int64{10, 9, 10, 3}) {
+		t.Errorf("batches %v, want 10, 9, 10, 3", sizes)
+	}
+	if got := b.strings(t, `SELECT order_no || CASE WHEN published_at IS NULL THEN ' unpublished' ELSE '' END FROM outbox`); len(got) != 4 ||
+		!slices.Contains(got, "unpublished unpublished") {
+		t.Errorf("outbox left %v, want the unpublished row and the 3 young ones", got)
+	}
+}
+
+// A batch walks the retention column's index from its low end and deletes
+// by TID; OldestRowAges probes the same indexes: neither scans a table,
+// planned with the parameters' values or generically (what the retention
+// connection's statement cache may switch to).
+func TestRetentionPlans(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+		SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - g * interval '1 minute' FROM generate_series(1, 20000) g`)
+	b.exec(t, `INSERT INTO outbox (topic, order_no, payload, created_at, published_at)
+		SELECT 'ORDER_PAID', 'O', '{}', now(), CASE WHEN g % 10 = 0 THEN NULL ELSE now() - g * interval '1 minute' END
+		  FROM generate_series(1, 20000) g`)
+	b.exec(t, `INSERT INTO consumer_inbox (consumer, outbox_id, processed_at)
+		SELECT 'c', g, now() - g * interval '1 minute' FROM generate_series(1, 20000) g`)
+	b.exec(t, `INSERT INTO notify_review (biz_key, order_no, reason, payload_hash, raw_body, resolved_at)
+		SELECT 'k' || g, 'O', 'UNKNOWN_ORDER', repeat('0', 64), '{}', CASE WHEN g % 10 = 0 THEN NULL ELSE now() - g * interval '1 minute' END
+		  FROM generate_series(1, 20000) g`)
+	b.exec(t, `ANALYZE`)
+	index := map[string]string{"notify_claim": "notify_claim_created_at_idx", "outbox": "outbox_pkey",
+		"consumer_inbox": "consumer_inbox_processed_at_idx", "notify_review": "notify_review_resolved_at_idx"}
+	for _, table := range durable.RetentionTables {
+		for _, generic := range []bool{false, true} {
+			plan, err := durable.ExplainRetentionBatch(ctx, b.store, table, generic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(plan, "Index Scan using "+index[table]) || !strings.Contains(plan, "Tid Scan") || strings.Contains(plan, "Seq Scan") {
+				t.Errorf("%s batch (generic %v) neither walks %s nor deletes by TID:\n%s", table, generic, index[table], plan)
+			}
+		}
+	}
+	plan, err := durable.ExplainOldestRowAges(ctx, b.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, idx := range index {
+		if !strings.Contains(plan, idx) || strings.Contains(plan, "Seq Scan") {
+			t.Errorf("OldestRowAges does not probe %s:\n%s", idx, plan)
+		}
+	}
+}
