@@ -59,7 +59,7 @@ func TestLockWaitsFound(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		go func() { time.Sleep(200 * time.Millisecond); holder.Rollback(ctx) }()
+		time.AfterFunc(200*time.Millisecond, func() { holder.Rollback(ctx) })
 		if _, err := conn.Exec(ctx, `UPDATE t SET id = 1 WHERE id = 1`); err != nil {
 			t.Fatal(err)
 		}
