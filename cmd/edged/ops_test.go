@@ -42,11 +42,12 @@ func (p *proc) log() string {
 	return p.stderr.String()
 }
 
-// runEdged starts bin with args and env (beside a clean environment) and
-// returns once it listens, with its two addresses from its start line.
-func runEdged(t *testing.T, bin string, args, env []string) *proc {
+// spawnEdged starts bin with cmdArgs and env (beside a clean environment)
+// and returns at once: the process, and its start line's two addresses on
+// ready once it listens.
+func spawnEdged(t *testing.T, bin string, cmdArgs, env []string) (*proc, <-chan [2]string) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(bin, cmdArgs...)
 	cmd.Env = append(cleanEnv(), env...)
 	pipe, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
@@ -60,6 +61,14 @@ func runEdged(t *testing.T, bin string, args, env []string) *proc {
 		cmd.Process.Kill()
 		<-p.exited
 	})
+	return p, ready
+}
+
+// runEdged starts bin on free loopback ports with args and env and returns
+// once it listens, with its two addresses from its start line.
+func runEdged(t *testing.T, bin string, args, env []string) *proc {
+	t.Helper()
+	p, ready := spawnEdged(t, bin, append([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0"}, args...), env)
 	select {
 	case a := <-ready:
 		p.addr, p.admin = a[0], a[1]

@@ -45,17 +45,8 @@ func TestStartWaitsForPostgres(t *testing.T) {
 	_, pgPort := freeAddr(t)
 	adminAddr, _ := freeAddr(t)
 	dbURL := fmt.Sprintf("postgres://postgres:s3cret-pw@127.0.0.1:%d/postgres?sslmode=disable", pgPort)
-	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-admin-listen", adminAddr, "-start-timeout", "60s", "-drain-delay", "0s")
-	cmd.Env = append(cleanEnv(), "DATABASE_URL="+dbURL, "EDGE_SECRET_ACME="+secret)
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	pipe, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan [2]string, 1)
-	go p.scan(pipe, ready)
-	go p.wait()
-	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	p, ready := spawnEdged(t, bin, []string{"-listen", "127.0.0.1:0", "-admin-listen", adminAddr, "-start-timeout", "60s", "-drain-delay", "0s"},
+		[]string{"DATABASE_URL=" + dbURL, "EDGE_SECRET_ACME=" + secret})
 
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -188,17 +179,8 @@ func TestStartDuringPromotion(t *testing.T) {
 	}
 	dbURL := fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&target_session_attrs=read-write",
 		primary.TCPAddr(), standby.TCPAddr())
-	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-start-timeout", "60s", "-drain-delay", "0s")
-	cmd.Env = append(cleanEnv(), "DATABASE_URL="+dbURL, "EDGE_SECRET_ACME="+secret)
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	pipe, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan [2]string, 1)
-	go p.scan(pipe, ready)
-	go p.wait()
-	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	p, ready := spawnEdged(t, bin, []string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-start-timeout", "60s", "-drain-delay", "0s"},
+		[]string{"DATABASE_URL=" + dbURL, "EDGE_SECRET_ACME=" + secret})
 	time.Sleep(2 * time.Second) // edged tries: one host refuses, the other is read-only
 	if err := standby.Promote(ctx); err != nil {
 		t.Fatal(err)
