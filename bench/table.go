@@ -17,7 +17,7 @@ func (r *Report) find(name string) *Row {
 	return nil
 }
 
-// Ratio is one figure the issue compares against a ceiling.
+// Ratio is one figure compared against a ceiling.
 type Ratio struct {
 	Name   string
 	Value  float64

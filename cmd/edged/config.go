@@ -16,7 +16,7 @@ import (
 )
 
 // Config is edged's configuration: flags, falling back to environment
-// variables, falling back to the contract's defaults.
+// variables, falling back to the documented defaults.
 type Config struct {
 	Listen      string
 	AdminListen string

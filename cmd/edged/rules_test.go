@@ -25,7 +25,7 @@ const (
 	dashboardFile = "notifyedge-dashboard.json"
 )
 
-// contractMetrics are the metric names of the contract (README, "Admin
+// contractMetrics are the documented metric names (README, "Admin
 // listener") that the rules and the dashboard may use. Renaming a metric
 // means changing it here, in the rules and in the dashboard: the tests fail
 // until all agree. later marks a metric that edge does not export yet (the
@@ -135,13 +135,13 @@ func TestAlertRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	if bad := opsUnknownNames(opsKnownNames(t), opsYAMLComment.ReplaceAllString(string(rules), "")); len(bad) > 0 {
-		t.Errorf("%s names metrics outside the contract list: %v", rulesFile, bad)
+		t.Errorf("%s names metrics outside the metric list: %v", rulesFile, bad)
 	}
 	runPromtool(t, opsDir, "check", "rules", rulesFile)
 	runPromtool(t, opsDir, "test", "rules", rulesTestFile)
 }
 
-// TestAlertRulesMetricsExported checks the contract list against what
+// TestAlertRulesMetricsExported checks the metric list against what
 // edge registers, so a metric renamed in code fails here (and the rules and
 // dashboard are updated with the list) instead of leaving alerts silent.
 func TestAlertRulesMetricsExported(t *testing.T) {
@@ -159,7 +159,7 @@ func TestAlertRulesMetricsExported(t *testing.T) {
 	for _, c := range contractMetrics {
 		switch {
 		case !c.later && !exported[c.name]:
-			t.Errorf("%s is in the contract list but edge does not export it (renamed? update the list, %s and %s; a vector shows only once it has a child: make one here)", c.name, rulesFile, dashboardFile)
+			t.Errorf("%s is in the metric list but edge does not export it (renamed? update the list, %s and %s; a vector shows only once it has a child: make one here)", c.name, rulesFile, dashboardFile)
 		case c.later && exported[c.name]:
 			t.Logf("%s is exported now: drop its later mark", c.name)
 		}
@@ -284,7 +284,7 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("panel %q, query %d names no notifyedge metric: %s", p.Title, i, tg.Expr)
 			}
 			if bad := opsUnknownNames(known, tg.Expr); len(bad) > 0 {
-				t.Errorf("panel %q, query %d names metrics outside the contract list and the rules' records: %v", p.Title, i, bad)
+				t.Errorf("panel %q, query %d names metrics outside the metric list and the rules' records: %v", p.Title, i, bad)
 			}
 			expr, _ := json.Marshal(grafanaVars.Replace(tg.Expr)) // a JSON string is a YAML string
 			fmt.Fprintf(&rules, "  - record: dashboard:panel%d_query%d:check\n    expr: %s\n", p.ID, i, expr)

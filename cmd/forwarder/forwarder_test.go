@@ -14,7 +14,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 )
 
-// Several orders' events arrive signed, with the contract's body, once
+// Several orders' events arrive signed, with the documented body, once
 // each, in outbox order per order, and are acknowledged.
 func TestHappyPath(t *testing.T) {
 	e := newTestEnv(t)

@@ -152,7 +152,7 @@ func (e *testEnv) deadOrders() []string {
 	return m
 }
 
-// expectedBody is the body the contract prescribes for m.
+// expectedBody is the body the README documents for m.
 func expectedBody(m durable.OutboxMessage) string {
 	return fmt.Sprintf(`{"outbox_id":%d,"topic":%q,"order_no":%q,"payload":%s}`, m.ID, m.Topic, m.OrderNo, m.Payload)
 }
