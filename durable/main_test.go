@@ -95,7 +95,7 @@ func (b *bundle) openReviews(t *testing.T, key string, reason durable.ReviewReas
 }
 
 // note builds a notification as the generic channel "test" would, with the
-// contract's digest over the business fields: txn is the trade's txn id (the
+// digest over the business fields: txn is the trade's txn id (the
 // trade is "test:"+txn), and a REFUND_SUCCESS is a full refund without an id.
 func note(txn string, e durable.Event, orderNo string, amount int64, currency string) durable.Notification {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\n%s\n%s\n%d\n%s", txn, e, orderNo, amount, currency))

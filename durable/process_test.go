@@ -485,7 +485,7 @@ func TestIncidentStaleSnapshotAfterShipping(t *testing.T) {
 }
 
 // Point 5: conflicts, amount mismatches and unknown orders open one review
-// row each and leave no claim behind where the contract says so.
+// row each and leave no claim behind where the README says so.
 func TestReviewCases(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()

@@ -9,7 +9,7 @@ import (
 // not errors: a duplicate, a conflict or a stale event is a normal result.
 type Outcome uint8
 
-// The outcomes durable decides (the contract's answers table).
+// The outcomes durable decides (the README's answers table).
 const (
 	// Applied: first delivery, legal transition; claim DONE, order moved,
 	// outbox row written, all in one transaction.
@@ -52,7 +52,7 @@ var Outcomes = []Outcome{Applied, Skipped, Premature, Conflict, AmountMismatch, 
 // delivery's), so Process reads the stored result instead.
 const replayedOutcome = "replayed"
 
-// String returns the contract's name of the outcome ("applied", ...).
+// String returns the README's name of the outcome ("applied", ...).
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
 		return outcomeNames[o]

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// The retention defaults (the contract's configuration table).
+// The retention defaults (the README's configuration table).
 const (
 	// DefaultClaimRetention keeps claims, and with them byte-for-byte
 	// replays, for a week.

@@ -3,7 +3,7 @@ package durable
 // State is a value of biz_order.status.
 type State string
 
-// The order states of the contract's events/states table.
+// The order states of the README's events/states table.
 const (
 	PendingPay State = "PENDING_PAY"
 	Paid       State = "PAID"
@@ -19,7 +19,7 @@ var States = []State{PendingPay, Paid, Shipped, Closed, Refunded}
 // Event is what moves an order: a channel event or an internal one.
 type Event string
 
-// The events of the contract's events/states table.
+// The events of the README's events/states table.
 const (
 	PaySuccess    Event = "PAY_SUCCESS"
 	PayClosed     Event = "PAY_CLOSED"
@@ -61,7 +61,7 @@ func ParseChannelEvent(s []byte) (Event, bool) {
 // ReviewReason is notify_review.reason: why a human must look.
 type ReviewReason string
 
-// The review reasons of the contract.
+// The review reasons in the README.
 const (
 	ReviewPayloadConflict  ReviewReason = "PAYLOAD_CONFLICT"
 	ReviewAmountMismatch   ReviewReason = "AMOUNT_MISMATCH"
@@ -185,7 +185,7 @@ type eventTable struct {
 	// where the trade decides.
 	cells []cell
 	// adopt: a paid order without paid_by takes the trade this event names
-	// as its payer (the contract's "Upgrading": refunds and closes do,
+	// as its payer (the README's "Upgrading": refunds and closes do,
 	// payments do not: a payment we cannot place is a possible second
 	// payment, for a human to look at).
 	adopt bool
@@ -193,7 +193,7 @@ type eventTable struct {
 	partial Topic
 }
 
-// machine is the contract's events/states table together with its "Trades
+// machine is the README's events/states table together with its "Trades
 // and refunds" table: the only place in the code base that says what an
 // event does to an order. Process, Transition and Ship hand the row of
 // their event to the SQL functions as arrays, so the database never holds

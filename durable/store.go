@@ -21,7 +21,7 @@ var (
 	// ErrTimeout marks a statement the server cancelled because it ran past
 	// statement_timeout or lock_timeout; the transaction was rolled back.
 	ErrTimeout = errors.New("durable: server-side timeout")
-	// ErrInvalid marks a Notification that breaks the contract's field rules:
+	// ErrInvalid marks a Notification that breaks the README's field rules:
 	// a caller bug, since the edge validates first.
 	ErrInvalid = errors.New("durable: invalid notification")
 	// ErrUnknownOrder is returned by Transition for an order that does not

@@ -17,7 +17,7 @@ import (
 type delivery func(orderNo string, amount int64) durable.Notification
 
 // chNote is note for channel ch: event e of trade ch:txn, keyed by
-// refundID when it has one, with the contract's digest.
+// refundID when it has one, with the README's digest.
 func chNote(ch, txn string, e durable.Event, orderNo string, amount int64, refundID string, refundAmount int64, cumulative bool) durable.Notification {
 	key := txn
 	digest := fmt.Sprintf("%s\n%s\n%s\n%d\nCNY", txn, e, orderNo, amount)

@@ -233,7 +233,7 @@ func (a *Admin) authorized(ctx *fasthttp.RequestCtx, extra ...string) bool {
 	return false
 }
 
-// reviewJSON is one review row as the contract shapes it.
+// reviewJSON is one review row as the admin API shapes it.
 type reviewJSON struct {
 	ID          int64      `json:"id"`
 	BizKey      string     `json:"biz_key"`

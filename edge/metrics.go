@@ -10,7 +10,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 )
 
-// Metrics are notifyedge's Prometheus metrics (the contract's names). The
+// Metrics are notifyedge's Prometheus metrics (the README's names). The
 // counters and histograms of each (channel, outcome) and (channel, path) are
 // resolved once, so a request does no label lookup and no allocation.
 type Metrics struct {

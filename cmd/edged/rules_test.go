@@ -87,7 +87,7 @@ func runPromtool(t *testing.T, dir string, args ...string) {
 }
 
 // opsKnownNames returns every name the rules and the dashboard may use: the
-// contract's (with a histogram's series) and the rules' recorded series.
+// documented ones (with a histogram's series) and the rules' recorded series.
 func opsKnownNames(t *testing.T) map[string]bool {
 	t.Helper()
 	rules, err := os.ReadFile(filepath.Join(opsDir, rulesFile))
@@ -127,7 +127,7 @@ func opsUnknownNames(known map[string]bool, s string) []string {
 // TestAlertRules checks the rules with promtool and runs their unit tests,
 // which feed series that must fire every alert and series that must not
 // (a bad-signature flood that would dilute the duplicate ratio, two nodes
-// reporting the same shared gauge, ...). The rules may name only contract
+// reporting the same shared gauge, ...). The rules may name only documented
 // metrics and their own records.
 func TestAlertRules(t *testing.T) {
 	rules, err := os.ReadFile(filepath.Join(opsDir, rulesFile))
@@ -216,7 +216,7 @@ var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$job", ".*", "$
 
 // TestDashboard parses the Grafana dashboard: valid JSON, the datasource
 // and channel variables, every panel on ${DS_PROMETHEUS} with a query, and
-// every query naming only contract metrics and recorded series (a renamed
+// every query naming only documented metrics and recorded series (a renamed
 // metric fails here) and parsing as PromQL.
 func TestDashboard(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(opsDir, dashboardFile))

@@ -320,7 +320,7 @@ func (s *scanner) hex4() (rune, bool) {
 	return r, true
 }
 
-// amount reads the contract's amount: an integer literal [1-9][0-9]* no
+// amount reads the README's amount: an integer literal [1-9][0-9]* no
 // larger than 2^53-1, and nothing else (no sign, fraction or exponent).
 func (s *scanner) amount() (int64, bool) {
 	start := s.i
