@@ -82,6 +82,10 @@ func (s *Store) RunRelay(ctx context.Context, cfg RelayConfig) error {
 
 // lead waits for leadership on a connection of its own, then relays until
 // an error or ctx ends. The lock goes with the connection.
+// leaderPoll is how often a standby relay tries for leadership: a
+// takeover follows a leader's end within about this long.
+const leaderPoll = 100 * time.Millisecond
+
 func (s *Store) lead(ctx context.Context, cfg RelayConfig, state func(string)) error {
 	cc := s.pool.Config().ConnConfig.Copy()
 	for _, p := range []string{"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"} {
@@ -94,8 +98,23 @@ func (s *Store) lead(ctx context.Context, cfg RelayConfig, state func(string)) e
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	state("standby")
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, cfg.LockID); err != nil {
-		return fmt.Errorf("relay: wait for leadership: %w", err)
+	// Poll rather than wait in pg_advisory_lock: a statement that waits holds
+	// its snapshot all along, which would pin the vacuum horizon (no dead
+	// row deleted or updated since could be cleaned) and make CREATE INDEX
+	// CONCURRENTLY wait for ever, for as long as a standby node waits.
+	for {
+		var leader bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, cfg.LockID).Scan(&leader); err != nil {
+			return fmt.Errorf("relay: wait for leadership: %w", err)
+		}
+		if leader {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(leaderPoll):
+		}
 	}
 	state("running")
 	if _, err := conn.Exec(ctx, "LISTEN "+outboxChannel); err != nil {
