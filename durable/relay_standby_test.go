@@ -28,13 +28,7 @@ func TestRelayStandbyHoldsNoSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lockID)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		b.store.RunRelay(rctx, durable.RelayConfig{Publisher: nopPublisher{}, LockID: lockID})
-	}()
-	defer func() { cancel(); <-done }()
+	defer runRelay(b.store, durable.RelayConfig{Publisher: nopPublisher{}, LockID: lockID})()
 	time.Sleep(500 * time.Millisecond) // the relay is standby by now
 	var sessions, pinned int
 	if err := b.db.QueryRow(ctx, `SELECT count(*), count(backend_xmin) FROM pg_stat_activity
@@ -44,4 +38,16 @@ func TestRelayStandbyHoldsNoSnapshot(t *testing.T) {
 	if sessions != 1 || pinned != 0 {
 		t.Errorf("standby relay sessions %d, holding a snapshot %d: want 1 and 0", sessions, pinned)
 	}
+}
+
+// runRelay runs the store's relay on a goroutine of its own until the
+// returned stop is called.
+func runRelay(s *durable.Store, cfg durable.RelayConfig) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.RunRelay(ctx, cfg)
+	}()
+	return func() { cancel(); <-done }
 }
