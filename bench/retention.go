@@ -70,8 +70,10 @@ type RetentionFigures struct {
 	// seeding, vacuuming and a checkpoint took (before both attacks).
 	Backlog     int     `json:"backlog_expired_claims"`
 	SeedSeconds float64 `json:"seed_seconds"`
-	// LoadAvgBefore is /proc/loadavg before the first attack.
+	// LoadAvgBefore is /proc/loadavg before the first attack, LoadAvgAfter
+	// once the backlog is deleted: on a shared machine, what else ran.
 	LoadAvgBefore string `json:"loadavg_before"`
+	LoadAvgAfter  string `json:"loadavg_after"`
 	// FirstPeak is the "first" closed-loop req/s the rate is half of
 	// (measured here when the "first" row did not run).
 	FirstPeak float64 `json:"first_peak_req_per_sec"`
@@ -83,7 +85,11 @@ type RetentionFigures struct {
 	// DeleteSeconds is how long the leader's first cycle took to delete the
 	// backlog (from the start of the second attack), DeletedInAttack how many
 	// of them it deleted while the second attack ran.
-	DeleteSeconds  float64 `json:"backlog_deleted_seconds"`
+	DeleteSeconds float64 `json:"backlog_deleted_seconds"`
+	// WALWithout and WALWith are the WAL written per second, MiB, over the
+	// first row and over the second.
+	WALWithout     float64 `json:"wal_mib_per_second_without"`
+	WALWith        float64 `json:"wal_mib_per_second_with"`
 	SecondAttackAt float64 `json:"second_attack_at_seconds"`
 	// AgesReadMillis is how long OldestRowAges (the gauge's scrape) took
 	// right after the backlog was deleted.
@@ -108,9 +114,12 @@ type RetentionFigures struct {
 
 // retentionRun is the state the two rows share.
 type retentionRun struct {
-	figures   RetentionFigures
-	logFrom   int64     // the Postgres log's size when the rows began
-	attacked  time.Time // when the first row's attack began (about)
+	figures  RetentionFigures
+	logFrom  int64     // the Postgres log's size when the rows began
+	attacked time.Time // when the first row's attack began (about)
+	// wal is the WAL position at the first attack, at the second, and at
+	// the second's end.
+	wal       [3]int64
 	start     time.Time
 	attackEnd atomic.Int64 // unix ns when the second attack ended
 	deleted   atomic.Int64
@@ -168,7 +177,7 @@ SELECT 'expired:' || $1::text || ':' || g, 'X' || $1::text || '-' || g, repeat('
 	r.figures.Backlog, r.figures.SeedSeconds = n, time.Since(start).Seconds()
 	r.figures.LoadAvgBefore = loadAvg()
 	r.attacked = time.Now()
-	return nil
+	return e.walPosition(ctx, &r.wal[0])
 }
 
 // startRetention (the second row's setup) starts the retention loop on the
@@ -181,6 +190,9 @@ func startRetention(ctx context.Context, e *env) error {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop, r.done, r.cycled = cancel, make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	if err := e.walPosition(ctx, &r.wal[1]); err != nil {
+		return err
+	}
 	r.start = time.Now()
 	r.figures.SecondAttackAt = r.start.Sub(r.attacked).Seconds()
 	cfg := durable.RetentionConfig{
@@ -248,6 +260,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 func finishRetention(ctx context.Context, e *env) error {
 	r := e.retention
 	r.attackEnd.Store(time.Now().UnixNano())
+	walErr := e.walPosition(ctx, &r.wal[2])
 	var ended time.Time
 	select {
 	case <-r.cycled:
@@ -258,6 +271,10 @@ func finishRetention(ctx context.Context, e *env) error {
 	r.stop()
 	<-r.done
 	f := &r.figures
+	f.LoadAvgAfter = loadAvg()
+	mbps := func(from, to int64, d time.Duration) float64 { return float64(to-from) / (1 << 20) / d.Seconds() }
+	f.WALWithout = mbps(r.wal[0], r.wal[1], r.start.Sub(r.attacked))
+	f.WALWith = mbps(r.wal[1], r.wal[2], time.Unix(0, r.attackEnd.Load()).Sub(r.start))
 	// The gauge's read, with the backlog's dead index entries (some, at
 	// least) not yet vacuumed.
 	t0 := time.Now()
@@ -267,7 +284,7 @@ func finishRetention(ctx context.Context, e *env) error {
 	f.DeleteSeconds = ended.Sub(r.start).Seconds()
 	f.DeletedInAttack, f.Batches = r.deleted.Load(), r.batches.Load()
 	f.Errors = r.errs
-	var errs []error
+	errs := []error{walErr}
 	if ended.IsZero() {
 		errs = append(errs, fmt.Errorf("retention: the backlog was not deleted within %s", time.Since(r.start).Round(time.Second)))
 	}
@@ -354,6 +371,14 @@ func (e *env) nameRelations(ctx context.Context, lines []string) []string {
 		})
 	}
 	return out
+}
+
+// walPosition reads the server's current WAL position, in bytes.
+func (e *env) walPosition(ctx context.Context, into *int64) error {
+	if err := e.db.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0')::bigint`).Scan(into); err != nil {
+		return fmt.Errorf("wal position: %w", err)
+	}
+	return nil
 }
 
 // serverSettings sets (or, with reset, resets) server settings by ALTER
@@ -546,12 +571,13 @@ func fileSize(path string) (int64, error) {
 // table renders the figures for Report.Table.
 func (f *RetentionFigures) table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nRetention: %d expired claims (seeded, vacuumed, checkpointed in %.1f s); load average before the attacks %s\n",
-		f.Backlog, f.SeedSeconds, f.LoadAvgBefore)
+	fmt.Fprintf(&b, "\nRetention: %d expired claims (seeded, vacuumed, checkpointed in %.1f s); load average before the attacks %s, after %s\n",
+		f.Backlog, f.SeedSeconds, f.LoadAvgBefore, f.LoadAvgAfter)
 	fmt.Fprintf(&b, "  first deliveries at half the \"first\" peak (%.0f req/s): p99 %.2f ms without retention, %.2f ms while it deletes: ratio %.2f (target <= 1.2)\n",
 		f.FirstPeak, f.P99Without, f.P99With, f.Ratio)
 	fmt.Fprintf(&b, "  backlog deleted in %.1f s (%d batches; %d rows during the attack, which began %+.1f s after the first)\n",
 		f.DeleteSeconds, f.Batches, f.DeletedInAttack, f.SecondAttackAt)
+	fmt.Fprintf(&b, "  WAL written: %.1f MiB/s without retention, %.1f MiB/s while it deletes (vacuum included)\n", f.WALWithout, f.WALWith)
 	fmt.Fprintf(&b, "  notifyedge_oldest_row_age_seconds read in %.1f ms right after\n", f.AgesReadMillis)
 	fmt.Fprintf(&b, "  lock waits over 50 ms in the Postgres log: %d by callbacks, %d by others\n", len(f.CallbackLockWaits), len(f.OtherLockWaits))
 	for _, l := range append(append([]string{}, f.CallbackLockWaits...), f.OtherLockWaits...) {

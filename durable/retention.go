@@ -61,9 +61,10 @@ type RetentionConfig struct {
 	// Pause separates two batches (default 200ms; at least the last
 	// batch's own duration), so that a backlog is worked off beside the
 	// callbacks, not instead of them: Batch rows per Pause bounds the rate
-	// (5,000 rows a second by default, about five times a busy node's
-	// insert rate), and with it the WAL and dirty pages the deletes make
-	// and the vacuum they leave behind.
+	// (5,000 rows a second by default: enough for some 1,500 payments a
+	// second on average, each a claim, an outbox row and an inbox row),
+	// and with it the WAL and dirty pages the deletes make and the vacuum
+	// they leave behind.
 	Pause time.Duration
 	// Interval is the sleep once nothing is old enough, and how often a
 	// standby node tries to become the leader (default 1m).
