@@ -67,13 +67,7 @@ func TestNodeKilledMidLoad(t *testing.T) {
 	defer rs.Stop()
 	dbURL := durabletest.NewDatabase(t)
 	const n = 3000
-	orders := make([]durabletest.Order, n)
-	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf("K-%05d", i), Status: "PENDING_PAY", Amount: 100, Currency: "CNY"}
-	}
-	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
-		t.Fatal(err)
-	}
+	seedPending(t, dbURL, "K-%05d", n)
 	cmd, addr := startEdged(t, bin, dbURL, rs.URL())
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	deliver := func(addr string, i int) (int, string, error) {

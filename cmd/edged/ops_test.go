@@ -131,13 +131,7 @@ func TestDrainUnderTraffic(t *testing.T) {
 	bin := buildEdged(t)
 	dbURL := durabletest.NewDatabase(t)
 	const n = 20000
-	orders := make([]durabletest.Order, n)
-	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf("D-%05d", i), Status: "PENDING_PAY", Amount: 100, Currency: "CNY"}
-	}
-	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
-		t.Fatal(err)
-	}
+	seedPending(t, dbURL, "D-%05d", n)
 	const delay = 1500 * time.Millisecond
 	p := runEdged(t, bin, []string{"-drain-delay", delay.String(), "-drain", "5s", "-budget", "2s"},
 		[]string{"DATABASE_URL=" + dbURL, "EDGE_SECRET_ACME=" + secret})
@@ -238,13 +232,7 @@ func TestOneJSONLogStream(t *testing.T) {
 	defer rs.Stop()
 	dbURL := durabletest.NewDatabase(t)
 	const n = 600
-	orders := make([]durabletest.Order, n)
-	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf("J-%04d", i), Status: "PENDING_PAY", Amount: 100, Currency: "CNY"}
-	}
-	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
-		t.Fatal(err)
-	}
+	seedPending(t, dbURL, "J-%04d", n)
 	p := runEdged(t, bin, []string{"-drain-delay", "0s", "-budget", "2s"},
 		[]string{"DATABASE_URL=" + dbURL, "REDIS_URL=" + rs.URL(), "EDGE_SECRET_ACME=" + secret})
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -275,5 +263,17 @@ func TestOneJSONLogStream(t *testing.T) {
 	}
 	if !sawRedis {
 		t.Errorf("go-redis said nothing while Redis was dead, or not through the JSON log:\n%s", out)
+	}
+}
+
+// seedPending inserts n PENDING_PAY orders of 100 CNY numbered by format.
+func seedPending(t *testing.T, dbURL, format string, n int) {
+	t.Helper()
+	orders := make([]durabletest.Order, n)
+	for i := range orders {
+		orders[i] = durabletest.Order{No: fmt.Sprintf(format, i), Status: "PENDING_PAY", Amount: 100, Currency: "CNY"}
+	}
+	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
+		t.Fatal(err)
 	}
 }
