@@ -70,9 +70,12 @@ run: deps build
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-## test: run the whole test suite (starts its own Postgres; what CI runs)
+## test: run the whole test suite (starts its own Postgres; what CI runs);
+## durable's and edge's suites run again with one transaction per delivery
+## (group commit off), so both modes give the same answers
 test: deps
 	$(GO) test -count=1 -timeout 15m $(PKGS)
+	NOTIFYEDGE_TEST_GROUP_COMMIT=0 $(GO) test -count=1 -timeout 10m ./durable/ ./edge/
 
 ## test-race: the test suite under the race detector
 test-race: deps

@@ -66,6 +66,7 @@ type partReady struct {
 	URL        string `json:"url,omitempty"`
 	URLNoCache string `json:"url_no_cache,omitempty"`
 	URLNetHTTP string `json:"url_net_http,omitempty"`
+	URLAlone   string `json:"url_alone,omitempty"`
 	AdminURL   string `json:"admin_url,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
@@ -124,15 +125,22 @@ func servePart(raw string, in io.Reader, out, logs io.Writer) int {
 }
 
 // serveEdge starts the edge's servers on loopback ports: the cached edge,
-// its cache-off twin and the cached flow behind net/http, over one store,
-// and the admin listener (/metrics: the outcome counts).
+// its cache-off twin and the cached flow behind net/http, over one store
+// with group commit (edged's default), the cached edge over a store that
+// decides every delivery alone, and the admin listener (/metrics: the
+// outcome counts).
 func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[]func()) (partReady, error) {
 	var r partReady
-	store, err := durable.New(ctx, durable.Config{URL: spec.DBURL, StatementTimeout: spec.Budget})
+	store, err := durable.New(ctx, durable.Config{URL: spec.DBURL, StatementTimeout: spec.Budget, GroupCommit: true})
 	if err != nil {
 		return r, fmt.Errorf("postgres: %w", err)
 	}
 	*stops = append(*stops, store.Close)
+	alone, err := durable.New(ctx, durable.Config{URL: spec.DBURL, StatementTimeout: spec.Budget, NoMigrate: true})
+	if err != nil {
+		return r, fmt.Errorf("postgres: %w", err)
+	}
+	*stops = append(*stops, alone.Close)
 	var cache edge.Cache
 	if !spec.NoCache {
 		client, err := claimcache.NewClient(spec.RedisURL, 25*time.Millisecond, 128)
@@ -164,6 +172,14 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 		return r, err
 	}
 	if r.URLNoCache, err = serveLoopback(stops, noCache.Serve, noCache.Shutdown); err != nil {
+		return r, err
+	}
+	oneByOne, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: alone, Cache: cache,
+		Budget: spec.Budget, Logger: logger, MaxConnsPerIP: -1})
+	if err != nil {
+		return r, err
+	}
+	if r.URLAlone, err = serveLoopback(stops, oneByOne.Serve, oneByOne.Shutdown); err != nil {
 		return r, err
 	}
 	hs := &http.Server{Handler: server}

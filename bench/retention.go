@@ -220,6 +220,24 @@ func startRetention(ctx context.Context, e *env) error {
 	return nil
 }
 
+// retentionBaseline is how long the row without retention runs (Quick:
+// Config.Duration): about as long as the deletion takes here, so that both
+// p99s cover the same kinds of seconds (checkpoints and the autovacuum of
+// the outbox come without retention too; a short baseline has none).
+const retentionBaseline = 200 * time.Second
+
+// withoutRetention is vegeta at share of the named scenario's closed-loop
+// req/s (as atPeakShare) for retentionBaseline.
+func withoutRetention(of string, share float64) driver {
+	return func(ctx context.Context, e *env, s scenario, url string, t *tally) (Row, error) {
+		d := e.cfg.Duration
+		if !e.cfg.Quick {
+			d = max(d, retentionBaseline)
+		}
+		return openLoop(ctx, e.tg, s.name, url, e.rateAt(of, share), d, s.source(e.pool), t, e.cfg.Progress), nil
+	}
+}
+
 // maxDeletion bounds the wait for the backlog to be deleted.
 const maxDeletion = 30 * time.Minute
 

@@ -45,6 +45,9 @@ type scenario struct {
 // the rates of the constant-rate rows (their closed-loop req/s).
 var scenarios = []scenario{
 	{name: "first", to: edgeCacheOn, drive: closedLoopWorkers, source: fresh},
+	{name: nameFirstAlone, to: edgeAlone, drive: closedLoopWorkers, source: fresh},
+	{name: nameFirstOne, to: edgeCacheOn, drive: closedLoopOf(1), source: fresh},
+	{name: nameFirstOneAlone, to: edgeAlone, drive: closedLoopOf(1), source: fresh},
 	{name: "hotdup (cache on)", to: edgeCacheOn, drive: closedLoopWorkers, source: hot},
 	{name: "hotdup (cache off)", to: edgeCacheOff, drive: closedLoopWorkers, source: hot},
 	{name: "hotdup (net/http edge)", to: edgeNetHTTP, drive: closedLoopWorkers, source: hot},
@@ -57,7 +60,7 @@ var scenarios = []scenario{
 		setup: killRedisHalfway, after: restartRedis},
 	// First deliveries over a backlog of 1M expired claims, then while the
 	// retention loop deletes it (retention.go); ownStack: it deletes claims.
-	{name: retentionBefore, to: edgeCacheOn, ownStack: true, drive: atPeakShare("first", 0.5), source: fresh,
+	{name: retentionBefore, to: edgeCacheOn, ownStack: true, drive: withoutRetention("first", 0.5), source: fresh,
 		setup: seedExpiredClaims},
 	{name: retentionDuring, to: edgeCacheOn, ownStack: true, drive: untilDeleted("first", 0.5), source: fresh,
 		setup: startRetention, after: finishRetention},
@@ -104,6 +107,8 @@ const (
 	edgeCacheOff
 	// edgeNetHTTP is the cache-on flow behind net/http.
 	edgeNetHTTP
+	// edgeAlone is the cache-on flow over a store without group commit.
+	edgeAlone
 	// noopServer answers SUCCESS and does nothing else.
 	noopServer
 	// setNXServer does one SET NX GET on our Redis per request.
@@ -114,7 +119,7 @@ const (
 
 // ownOnly reports whether only our own stack has the endpoint.
 func (p endpoint) ownOnly() bool {
-	return p == edgeCacheOff || p == edgeNetHTTP || p == setNXServer
+	return p == edgeCacheOff || p == edgeNetHTTP || p == edgeAlone || p == setNXServer
 }
 
 // A driver runs one attack of s on url and returns its row: the figures of
@@ -125,14 +130,22 @@ type driver func(ctx context.Context, e *env, s scenario, url string, t *tally) 
 // soon as the last was answered: the peak a node sustains. It records the
 // peak for the constant-rate rows.
 func closedLoopWorkers(ctx context.Context, e *env, s scenario, url string, t *tally) (Row, error) {
-	start := time.Now()
-	lat := closedLoop(ctx, e.tg, url, e.cfg.Workers, e.cfg.Duration, s.source(e.pool), t, liveLine(e.cfg.Progress, s.name, start))
-	elapsed := time.Since(start)
+	row, err := closedLoopOf(e.cfg.Workers)(ctx, e, s, url, t)
 	e.rssPeak = max(e.rssPeak, rssMiB())
-	row := Row{Name: s.name, Driver: fmt.Sprintf("closed-loop %d", e.cfg.Workers), Requests: len(lat),
-		ReqPerSec: float64(len(lat)) / elapsed.Seconds(), Lat: percentilesOf(lat), Errors: t.errors, Codes: t.codes}
 	e.peaks[s.name] = row.ReqPerSec
-	return row, nil
+	return row, err
+}
+
+// closedLoopOf is closedLoopWorkers with n workers: at 1, no concurrency,
+// the latency a lone delivery sees.
+func closedLoopOf(n int) driver {
+	return func(ctx context.Context, e *env, s scenario, url string, t *tally) (Row, error) {
+		start := time.Now()
+		lat := closedLoop(ctx, e.tg, url, n, e.cfg.Duration, s.source(e.pool), t, liveLine(e.cfg.Progress, s.name, start))
+		elapsed := time.Since(start)
+		return Row{Name: s.name, Driver: fmt.Sprintf("closed-loop %d", n), Requests: len(lat),
+			ReqPerSec: float64(len(lat)) / elapsed.Seconds(), Lat: percentilesOf(lat), Errors: t.errors, Codes: t.codes}, nil
+	}
 }
 
 // atPeakShare is vegeta at a constant rate: share of the named scenario's
@@ -245,6 +258,8 @@ func (e *env) url(p endpoint) (string, error) {
 		return e.st.URLNoCache, nil
 	case edgeNetHTTP:
 		return e.st.URLNetHTTP, nil
+	case edgeAlone:
+		return e.st.URLAlone, nil
 	case noEndpoint:
 		return "", nil
 	}

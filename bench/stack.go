@@ -33,6 +33,9 @@ type Stack struct {
 	// URLNoCache is the same edge flow over the same Postgres with the
 	// cache off; URLNetHTTP the cached flow behind net/http.
 	URLNoCache, URLNetHTTP string
+	// URLAlone is the cached edge over a store without group commit: every
+	// delivery a transaction of its own.
+	URLAlone string
 	// AdminURL is the edge's admin listener: /metrics has the cached
 	// edge's outcome counts.
 	AdminURL string
@@ -107,6 +110,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	}
 	s.stops = append(s.stops, s.edge.stop)
 	s.URL, s.URLNoCache, s.URLNetHTTP, s.AdminURL = s.edge.ready.URL, s.edge.ready.URLNoCache, s.edge.ready.URLNetHTTP, s.edge.ready.AdminURL
+	s.URLAlone = s.edge.ready.URLAlone
 	// The relay and the reference shipper, as a deployment runs them.
 	spec.Role = roleRelay
 	if s.relay, err = startPart(ctx, spec, cfg.Log); err != nil {

@@ -35,11 +35,12 @@ func (r *Report) Ratios() []Ratio {
 	}
 	out := []Ratio{
 		{"hotdup (cache on) / fasthttp + SET NX GET ceiling", div("hotdup (cache on)", "ceiling: fasthttp + SET NX GET"), ">= 0.85"},
-		{"first / raw pgx pipelined (no HTTP)", div("first", "ceiling: raw pgx pipelined"), ">= 0.75"},
+		{"first / raw pgx pipelined (no HTTP)", div("first", "ceiling: raw pgx pipelined"), ">= 1.0"},
 		{"hotdup cache on / cache off", div("hotdup (cache on)", "hotdup (cache off)"), "as measured"},
 		{"fasthttp edge / net/http edge (hotdup)", div("hotdup (cache on)", "hotdup (net/http edge)"), ">= 1.3"},
 		{"closed-loop driver / vegeta, both vs no-op", div("ceiling: no-op fasthttp", "ceiling: vegeta vs no-op"), "the generators' ceilings"},
 	}
+	out = append(out, r.groupRatios()...)
 	if r.Retention != nil {
 		// Latency, not throughput: the retention rows run at one rate.
 		out = append(out, Ratio{"retention: p99 while deleting / p99 without", r.Retention.Ratio, "<= 1.2"})

@@ -71,6 +71,7 @@ type Client interface {
 	Ping(ctx context.Context) *redis.StatusCmd
 	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // Config configures a Cache. Zero fields take the defaults noted.
@@ -384,6 +385,81 @@ func (c *Cache) Complete(ctx context.Context, key []byte, d Digest, response []b
 	}
 	if c.local != nil {
 		c.local.put(key, st.gen, d, string(response)) // committed: this is the key's answer
+	}
+	return nil
+}
+
+// Completion is one Complete of CompleteMany.
+type Completion struct {
+	Key      []byte
+	Digest   Digest
+	Response []byte
+}
+
+// CompleteMany runs Complete for each of cs in one round trip (a
+// pipeline): the completions that pile up under load cost Redis and the
+// node one exchange instead of one each. cs is read during the call only.
+// An error means some may not be written (each is then what a lost
+// Complete is: the next duplicate goes to Postgres).
+func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
+	if len(cs) == 1 {
+		return c.Complete(ctx, cs[0].Key, cs[0].Digest, cs[0].Response)
+	}
+	st, err := c.state()
+	if err != nil {
+		return fmt.Errorf("complete: %w", err)
+	}
+	size := 0
+	for i := range cs {
+		size += 1 + len(cs[i].Digest) + len(cs[i].Response)
+	}
+	// One buffer for every value: a pipeline holds its arguments until it
+	// is sent, so none may be reused before.
+	buf := make([]byte, 0, size)
+	values := make([][]byte, len(cs))
+	for i := range cs {
+		from := len(buf)
+		buf = append(buf, kindDone)
+		buf = append(buf, cs[i].Digest[:]...)
+		buf = append(buf, cs[i].Response...)
+		values[i] = buf[from:len(buf):len(buf)]
+	}
+	var cmds []redis.Cmder
+	err = c.call(func() error {
+		var perr error
+		cmds, perr = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range cs {
+				completeScript.EvalSha(ctx, p, []string{st.key(cs[i].Key)}, values[i], c.resultMS)
+			}
+			return nil
+		})
+		if perr == nil || len(cmds) != len(cs) {
+			return perr
+		}
+		// Each command answers for itself (the pipeline's error is the
+		// first one's); a script Redis lost (restart, SCRIPT FLUSH) is
+		// loaded by running it alone.
+		perr = nil
+		for i, cmd := range cmds {
+			err := cmd.Err()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				err = completeScript.Run(ctx, c.client, []string{st.key(cs[i].Key)}, values[i], c.resultMS).Err()
+			}
+			if err != nil && !errors.Is(err, redis.Nil) && perr == nil {
+				perr = err
+			}
+		}
+		return perr
+	})
+	if c.local != nil && len(cmds) == len(cs) {
+		for i, cmd := range cmds {
+			if cmd.Err() == nil {
+				c.local.put(cs[i].Key, st.gen, cs[i].Digest, string(cs[i].Response))
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("complete: %w", err)
 	}
 	return nil
 }

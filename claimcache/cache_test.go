@@ -168,6 +168,32 @@ func TestCacheConformance(t *testing.T) {
 				}
 			})
 
+			t.Run("complete many in one pipeline", func(t *testing.T) {
+				k1, k2, k3, k4 := newKey(t), newKey(t), newKey(t), newKey(t)
+				claim(k1, a)                            // pending: completed
+				claim(k2, a)                            // done already: kept
+				c.Complete(ctx, k2, a, []byte("first")) //
+				claim(k3, b)                            // another digest's pending: replaced (committed wins)
+				err := c.CompleteMany(ctx, []claimcache.Completion{
+					{Key: k1, Digest: a, Response: []byte("one")},
+					{Key: k2, Digest: a, Response: []byte("second")},
+					{Key: k3, Digest: a, Response: []byte("three")},
+					{Key: k4, Digest: b, Response: []byte("four")}, // no claim at all
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range []struct {
+					k    []byte
+					d    claimcache.Digest
+					want string
+				}{{k1, a, "one"}, {k2, a, "first"}, {k3, a, "three"}, {k4, b, "four"}} {
+					if r := claim(w.k, w.d); r.Verdict != claimcache.Done || r.Response != w.want {
+						t.Errorf("%s: %v %q, want done %q", w.k, r.Verdict, r.Response, w.want)
+					}
+				}
+			})
+
 			t.Run("pending and result TTLs expire", func(t *testing.T) {
 				k := newKey(t)
 				claim(k, a)

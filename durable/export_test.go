@@ -59,3 +59,10 @@ func ExplainOutboxBacklog(ctx context.Context, s *Store) ([]byte, error) {
 
 // OpsPoolStat returns the operator pool's statistics.
 func OpsPoolStat(s *Store) *pgxpool.Stat { return s.ops.Stat() }
+
+// GroupQueued is how many deliveries wait for a batch slot.
+func GroupQueued(s *Store) int {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return len(s.group.queue)
+}

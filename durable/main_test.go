@@ -34,6 +34,7 @@ func setup(t *testing.T) *bundle {
 func newStore(t *testing.T, url string, cfg durable.Config) *durable.Store {
 	t.Helper()
 	cfg.URL = url
+	cfg.GroupCommit = cfg.GroupCommit || durabletest.GroupCommit()
 	cfg.MaxConns = max(cfg.MaxConns, 16)
 	cfg.MinConns = 2
 	s, err := durable.New(context.Background(), cfg)

@@ -185,6 +185,18 @@ func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 	if err := n.validate(); err != nil {
 		return Result{}, err
 	}
+	if s.group != nil {
+		return s.group.process(ctx, n)
+	}
+	res, err := s.processOne(ctx, &n)
+	if err == nil && res.Outcome == Applied {
+		s.poke() // an outbox row was committed: wake the relay
+	}
+	return res, err
+}
+
+// processOne decides one validated delivery in a transaction of its own.
+func (s *Store) processOne(ctx context.Context, n *Notification) (Result, error) {
 	var outcome, status, result, review *string
 	err := s.pool.QueryRow(ctx, processSQL[n.Event],
 		n.BizKey, n.OrderNo, n.Digest, textSafe(n.RawBody),
@@ -194,29 +206,32 @@ func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 	if err != nil {
 		return Result{}, wrap(ctx, "process "+n.BizKey, err)
 	}
+	return decodeDecision(n.BizKey, outcome, status, result, review)
+}
+
+// decodeDecision reads one decision as notifyedge_process returns it (the
+// batch's rows have the same columns).
+func decodeDecision(key string, outcome, status, result, review *string) (Result, error) {
 	if outcome == nil {
 		panic("BUG: notifyedge_process returned no outcome")
 	}
 	var res Result
 	if *outcome == replayedOutcome {
 		if result == nil {
-			return Result{}, fmt.Errorf("process %s: claim without result_json", n.BizKey)
+			return Result{}, fmt.Errorf("process %s: claim without result_json", key)
 		}
-		res, err = ParseCanonical([]byte(*result))
+		res, err := ParseCanonical([]byte(*result))
 		if err != nil {
-			return Result{}, fmt.Errorf("process %s: %w", n.BizKey, err)
+			return Result{}, fmt.Errorf("process %s: %w", key, err)
 		}
 		res.Replayed = true
 		return res, nil
 	}
 	o, ok := parseOutcome(*outcome)
 	if !ok {
-		return Result{}, fmt.Errorf("process %s: unknown outcome %q", n.BizKey, *outcome)
+		return Result{}, fmt.Errorf("process %s: unknown outcome %q", key, *outcome)
 	}
 	res.Outcome = o
-	if o == Applied {
-		s.poke() // an outbox row was committed: wake the relay
-	}
 	if status != nil {
 		res.Status = State(*status)
 	}

@@ -123,34 +123,55 @@ func TestProcessEveryEventInEveryState(t *testing.T) {
 	}
 	b := setup(t)
 	ctx := context.Background()
-	for _, c := range table {
+	// Every cell's order is seeded first, then every delivery is decided:
+	// with group commit, all of them in one batch, so each cell's answer is
+	// the batch's; one at a time, one after the other.
+	type cell struct {
+		orderNo  string
+		names    map[string]string
+		refunded int64
+		n        durable.Notification
+		got      durable.Result
+	}
+	cells := make([]cell, len(table))
+	for i, c := range table {
+		orderNo := fmt.Sprintf("O-%s-%s-%s", c.e, c.from, c.rel)
+		names := map[string]string{"P": "test:P-" + orderNo, "N": "test:N-" + orderNo, "R": "R-" + orderNo, "": ""}
+		payer, txn := "", "N-"+orderNo
+		switch c.rel {
+		case "paying":
+			payer, txn = names["P"], "P-"+orderNo
+		case "other":
+			payer = names["P"]
+		}
+		var refunded int64
+		var seeded []refund
+		if c.from == R {
+			refunded = amount
+			if payer != "" {
+				seeded = []refund{{payer, "", amount}}
+			}
+		}
+		b.seed(t, orderNo, c.from, amount, payer, refunded, seeded...)
+		n := note(txn, c.e, orderNo, amount, "CNY")
+		if c.e == durable.RefundSuccess || c.e == durable.RefundFailed {
+			n = refundNote(txn, names["R"], orderNo, amount, amount, false)
+			n.Event = c.e
+			n.BizKey = fmt.Sprintf("test:%s:%s", names["R"], c.e)
+		}
+		cells[i] = cell{orderNo: orderNo, names: names, refunded: refunded, n: n}
+	}
+	notes := make([]durable.Notification, len(cells))
+	for i := range cells {
+		notes[i] = cells[i].n
+	}
+	for i, r := range decideAll(t, b, notes) {
+		cells[i].got = r
+	}
+	for i, c := range table {
 		t.Run(fmt.Sprintf("%s on %s, %s trade", c.e, c.from, c.rel), func(t *testing.T) {
 			w := c.w
-			orderNo := fmt.Sprintf("O-%s-%s-%s", c.e, c.from, c.rel)
-			names := map[string]string{"P": "test:P-" + orderNo, "N": "test:N-" + orderNo, "R": "R-" + orderNo, "": ""}
-			payer, txn := "", "N-"+orderNo
-			switch c.rel {
-			case "paying":
-				payer, txn = names["P"], "P-"+orderNo
-			case "other":
-				payer = names["P"]
-			}
-			var refunded int64
-			var seeded []refund
-			if c.from == R {
-				refunded = amount
-				if payer != "" {
-					seeded = []refund{{payer, "", amount}}
-				}
-			}
-			b.seed(t, orderNo, c.from, amount, payer, refunded, seeded...)
-			n := note(txn, c.e, orderNo, amount, "CNY")
-			if c.e == durable.RefundSuccess || c.e == durable.RefundFailed {
-				n = refundNote(txn, names["R"], orderNo, amount, amount, false)
-				n.Event = c.e
-				n.BizKey = fmt.Sprintf("test:%s:%s", names["R"], c.e)
-			}
-			got := process(t, b.store, n)
+			orderNo, names, refunded, n, got := cells[i].orderNo, cells[i].names, cells[i].refunded, cells[i].n, cells[i].got
 			if got.Outcome != w.outcome || got.Status != w.status || got.Review != w.review || got.Replayed {
 				t.Fatalf("got %v/%s/review %q/replayed %v, want %v/%s/review %q",
 					got.Outcome, got.Status, got.Review, got.Replayed, w.outcome, w.status, w.review)
@@ -614,6 +635,23 @@ func TestReviewCases(t *testing.T) {
 	}
 }
 
+// waitCancelled waits until no session of the test's database still runs
+// a delivery. With group commit, Process returns at its deadline and the
+// cancel it sent reaches the server a moment later; one at a time, Process
+// returns after it (pgx waits for the cancel). Either way, what the test
+// then checks is what the cancelled transaction left.
+func (b *bundle) waitCancelled(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND state = 'active' AND query LIKE '%notifyedge_process%' AND pid <> pg_backend_pid()`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery still runs 10 s after its deadline")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // Point 6: a deadline that expires mid-transaction rolls everything back;
 // the retry after the blocker is gone is applied.
 func TestDeadlineRollsBack(t *testing.T) {
@@ -630,6 +668,7 @@ func TestDeadlineRollsBack(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err %v, want DeadlineExceeded", err)
 		}
+		b.waitCancelled(t)
 		release()
 		if c := b.claims(t, n.BizKey); c != 0 {
 			t.Errorf("claims %d, want 0", c)
@@ -662,6 +701,7 @@ func TestDeadlineRollsBack(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err %v, want DeadlineExceeded", err)
 		}
+		b.waitCancelled(t)
 		_ = tx.Rollback(ctx)
 		if c := b.claims(t, n.BizKey); c != 0 {
 			t.Errorf("claims %d after rollback, want 0", c)

@@ -73,6 +73,21 @@ type Config struct {
 	// NoMigrate skips migrations in New (for nodes that must not change the
 	// schema; the schema must then be current).
 	NoMigrate bool
+	// GroupCommit decides concurrent deliveries together, one transaction
+	// per batch (see "Why batches" in the package doc). Off, every delivery
+	// is a transaction of its own. Answers are the same either way.
+	GroupCommit bool
+	// GroupBatches is how many batches may be in flight at once (default
+	// 2): one executing while the other waits for its commit to reach the
+	// disk. More would split the same deliveries into smaller batches.
+	GroupBatches int
+	// GroupSize caps a batch's deliveries (default 64).
+	GroupSize int
+	// GroupLockTimeout is a batch's lock_timeout (default 50ms): a batch
+	// tries every lock and waits for none it can foresee; this bounds what
+	// it cannot (a claim retention is deleting), after which its deliveries
+	// are decided one by one.
+	GroupLockTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -84,6 +99,9 @@ func (c Config) withDefaults() Config {
 	c.OpsMaxConns = cmp.Or(c.OpsMaxConns, 2)
 	c.OpsStatementTimeout = cmp.Or(c.OpsStatementTimeout, 5*time.Second)
 	c.OpsLockTimeout = cmp.Or(c.OpsLockTimeout, c.OpsStatementTimeout)
+	c.GroupBatches = cmp.Or(c.GroupBatches, 2)
+	c.GroupSize = cmp.Or(c.GroupSize, 64)
+	c.GroupLockTimeout = cmp.Or(c.GroupLockTimeout, 50*time.Millisecond)
 	return c
 }
 
@@ -97,6 +115,7 @@ func (c Config) withDefaults() Config {
 type Store struct {
 	pool         *pgxpool.Pool // callbacks, transitions, the relay's notifier
 	ops          *pgxpool.Pool // operator reads and review resolutions
+	group        *group        // nil: one transaction per delivery
 	pokes        chan struct{}
 	closing      chan struct{}
 	notifierDone chan struct{}
@@ -104,7 +123,7 @@ type Store struct {
 
 // preparedStatements are prepared on every new connection, so that the first
 // request on a connection does not pay a Parse round trip.
-var preparedStatements = []string{sqlProcess, sqlTransition}
+var preparedStatements = []string{sqlProcess, sqlTransition, sqlProcessBatch}
 
 // New connects to cfg.URL, migrates the schema (unless cfg.NoMigrate) and
 // opens and prepares cfg.MinConns connections of the callback pool before
@@ -161,6 +180,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open operator pool: %w", err)
 	}
 	s := &Store{pool: pool, ops: ops, pokes: make(chan struct{}, 1), closing: make(chan struct{}), notifierDone: make(chan struct{})}
+	if cfg.GroupCommit {
+		s.group = newGroup(s, cfg)
+	}
 	if err := s.warm(ctx, int(cfg.MinConns)); err != nil {
 		pool.Close()
 		ops.Close()
@@ -207,6 +229,20 @@ func (s *Store) warm(ctx context.Context, n int) error {
 	}
 	return nil
 }
+
+// GroupStats returns group commit's counters (nil when it is off).
+func (s *Store) GroupStats() *GroupStats {
+	if s.group == nil {
+		return nil
+	}
+	return &s.group.stats
+}
+
+// ReturnsByDeadline reports whether Process returns by its context's
+// deadline whatever the database does: true with group commit, where the
+// caller only waits for its batch. One at a time, the database client may
+// take a little longer to give up (it waits for its cancel request).
+func (s *Store) ReturnsByDeadline() bool { return s.group != nil }
 
 // Ping reports whether Postgres answers.
 func (s *Store) Ping(ctx context.Context) error {

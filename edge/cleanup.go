@@ -32,10 +32,12 @@ type cleanupJob struct {
 	complete bool
 }
 
-// cleanupWorkers run the calls; cleanupQueue bounds what waits for them.
+// cleanupWorkers run the calls; cleanupQueue bounds what waits for them;
+// cleanupBatch caps the completions one pipeline carries.
 const (
 	cleanupWorkers = 4
 	cleanupQueue   = 4096
+	cleanupBatch   = 64
 )
 
 func newCacheCleanup(c Cache) *cacheCleanup {
@@ -50,14 +52,43 @@ func newCacheCleanup(c Cache) *cacheCleanup {
 
 func (cc *cacheCleanup) run() {
 	defer cc.wg.Done()
+	batch := make([]*cleanupJob, 0, cleanupBatch)
+	completions := make([]claimcache.Completion, 0, cleanupBatch)
 	for j := range cc.jobs {
-		if j.complete {
-			_ = cc.cache.Complete(context.Background(), j.key, j.digest, j.response)
-		} else {
-			_ = cc.cache.Abort(context.Background(), j.key, j.digest, j.token)
+		batch = cc.drain(append(batch[:0], j))
+		completions = completions[:0]
+		for _, j := range batch {
+			if j.complete {
+				completions = append(completions, claimcache.Completion{Key: j.key, Digest: j.digest, Response: j.response})
+			} else {
+				_ = cc.cache.Abort(context.Background(), j.key, j.digest, j.token)
+			}
 		}
-		cc.free.Put(j)
+		if len(completions) > 0 {
+			// What queued meanwhile goes in one round trip.
+			_ = cc.cache.CompleteMany(context.Background(), completions)
+		}
+		clear(completions) // the jobs go back to the pool: drop their bytes
+		for _, j := range batch {
+			cc.free.Put(j)
+		}
 	}
+}
+
+// drain adds to batch the jobs already queued, up to cleanupBatch.
+func (cc *cacheCleanup) drain(batch []*cleanupJob) []*cleanupJob {
+	for len(batch) < cleanupBatch {
+		select {
+		case j, ok := <-cc.jobs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, j)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // complete queues a Complete of key with response (both copied).

@@ -136,9 +136,9 @@ type hangingCleanup struct {
 	hang time.Duration
 }
 
-func (h hangingCleanup) Complete(ctx context.Context, key []byte, d claimcache.Digest, response []byte) error {
+func (h hangingCleanup) CompleteMany(ctx context.Context, cs []claimcache.Completion) error {
 	time.Sleep(h.hang)
-	return h.Cache.Complete(ctx, key, d, response)
+	return h.Cache.CompleteMany(ctx, cs)
 }
 
 func (h hangingCleanup) Abort(ctx context.Context, key []byte, d claimcache.Digest, tok claimcache.Token) error {

@@ -28,7 +28,8 @@ type Authority interface {
 type Cache interface {
 	Claim(ctx context.Context, key []byte, d claimcache.Digest) (claimcache.Result, error)
 	Wait(ctx context.Context, key []byte, d claimcache.Digest) (claimcache.Result, error)
-	Complete(ctx context.Context, key []byte, d claimcache.Digest, response []byte) error
+	// CompleteMany writes committed answers, several in one round trip.
+	CompleteMany(ctx context.Context, cs []claimcache.Completion) error
 	Abort(ctx context.Context, key []byte, d claimcache.Digest, t claimcache.Token) error
 }
 
@@ -151,17 +152,25 @@ func (s *Server) decide(start time.Time, x *exchange) {
 
 // process asks the authority, under what is left of the budget less a
 // margin to write the answer: past it the answer is 503 and the channel
-// retries. The call runs on its own goroutine so that the budget holds even
-// when the database client needs longer to give up (pgx waits for its
-// cancel request, which a slow network delays too): at the hard stop the
-// edge answers 503 and abandons the call. Whatever the call commits after
-// that is correct: the claim makes the channel's retry a replay.
+// retries. Whatever the call commits after that is correct: the claim makes
+// the channel's retry a replay.
+//
+// An authority that returns by its context's deadline whatever the
+// database does (durable's group commit) is called on the handler's
+// goroutine. Otherwise the call runs on its own goroutine, so that the
+// budget holds even when the database client needs longer to give up (pgx
+// waits for its cancel request, which a slow network delays too): at the
+// hard stop the edge answers 503 and abandons the call.
 func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 	x.path = PathDurable
 	n := s.notification(x)
-	n.RawBody = bytes.Clone(n.RawBody) // the call may outlive the request
 	deadline := start.Add(s.durableBudget)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	if s.bounded {
+		defer cancel()
+		return s.authority.Process(ctx, n)
+	}
+	n.RawBody = bytes.Clone(n.RawBody) // the call may outlive the request
 	type answer struct {
 		r        durable.Result
 		err      error
@@ -190,6 +199,10 @@ func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 		return durable.Result{}, fmt.Errorf("process %s: %w (the call is abandoned)", n.BizKey, context.DeadlineExceeded)
 	}
 }
+
+// deadlineBound is an Authority that says whether its Process returns by
+// its context's deadline whatever the database does.
+type deadlineBound interface{ ReturnsByDeadline() bool }
 
 // notification copies the delivery out of request-scoped bytes. The trade
 // is "{channel}:{channel_txn_id}": the payment a refund or a close acts on.

@@ -93,7 +93,7 @@ func setup(t testing.TB, o options) *bundle {
 		o.budget = 2 * time.Second // correctness storms must not flake on a loaded machine
 	}
 	queries := &queryCounter{}
-	store, err := durable.New(ctx, durable.Config{URL: dbURL, MinConns: 2, MaxConns: o.dbMaxConns, StatementTimeout: o.budget, Tracer: queries})
+	store, err := durable.New(ctx, durable.Config{URL: dbURL, MinConns: 2, MaxConns: o.dbMaxConns, StatementTimeout: o.budget, Tracer: queries, GroupCommit: durabletest.GroupCommit()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,7 @@ type Server struct {
 	maxConns      int
 	maxConnsPerIP int
 	cleanup       *cacheCleanup // nil without a cache
+	bounded       bool          // the authority returns by its deadline (deadlineBound)
 }
 
 // New returns a Server for cfg.
@@ -86,6 +87,9 @@ func New(cfg Config) (*Server, error) {
 		maxConns:  cmp.Or(cfg.Concurrency, 4096),
 	}
 	s.maxConnsPerIP = max(cmp.Or(cfg.MaxConnsPerIP, 256), 0)
+	if b, ok := cfg.Authority.(deadlineBound); ok {
+		s.bounded = b.ReturnsByDeadline()
+	}
 	names := make([]string, 0, len(cfg.Channels))
 	for _, ch := range cfg.Channels {
 		if _, dup := s.channels[ch.Name()]; dup {

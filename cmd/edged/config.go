@@ -41,8 +41,11 @@ type Config struct {
 	IdleTimeout   time.Duration
 	MaxConnsPerIP int
 	Relay         bool
-	Dev           bool
-	Channels      []ChannelConfig
+	// GroupCommit decides concurrent first deliveries together
+	// (durable.Config.GroupCommit).
+	GroupCommit bool
+	Dev         bool
+	Channels    []ChannelConfig
 
 	// ClaimRetention, OutboxRetention and ReviewRetention are retention's
 	// ages (durable.RetentionConfig): claims; published outbox and
@@ -78,7 +81,7 @@ func ParseConfig(args, env []string) (Config, error) {
 		return def
 	}
 	var c Config
-	var budget, maxBody, ttl, drain, drainDelay, relay, idle, perIP, startTimeout string
+	var budget, maxBody, ttl, drain, drainDelay, relay, group, idle, perIP, startTimeout string
 	fs := flag.NewFlagSet("edged", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", get("EDGE_LISTEN", ":8080"), "public listen address (EDGE_LISTEN)")
 	fs.StringVar(&c.AdminListen, "admin-listen", get("EDGE_ADMIN_LISTEN", "127.0.0.1:9090"), "admin listen address (EDGE_ADMIN_LISTEN)")
@@ -89,6 +92,7 @@ func ParseConfig(args, env []string) (Config, error) {
 	fs.StringVar(&startTimeout, "start-timeout", get("EDGE_START_TIMEOUT", "60s"), "how long to wait for Postgres at start, 0 for ever (EDGE_START_TIMEOUT)")
 	fs.StringVar(&drainDelay, "drain-delay", get("EDGE_DRAIN_DELAY", "5s"), "from SIGTERM, how long /readyz answers 503 while the listener still serves (EDGE_DRAIN_DELAY)")
 	fs.StringVar(&relay, "relay", get("EDGE_RELAY", "true"), "run the outbox relay where EDGE_STREAM_URL is set (EDGE_RELAY)")
+	fs.StringVar(&group, "group-commit", get("EDGE_GROUP_COMMIT", "true"), "decide concurrent first deliveries together, one transaction per batch (EDGE_GROUP_COMMIT)")
 	var claimKeep, outboxKeep, reviewKeep string
 	fs.StringVar(&claimKeep, "claim-retention", get("EDGE_CLAIM_RETENTION", "168h"), "delete claims older than this, at least 25h: the channels' retry window (EDGE_CLAIM_RETENTION)")
 	fs.StringVar(&outboxKeep, "outbox-retention", get("EDGE_OUTBOX_RETENTION", "168h"), "delete published outbox rows and consumer-inbox rows older than this (EDGE_OUTBOX_RETENTION)")
@@ -129,6 +133,9 @@ func ParseConfig(args, env []string) (Config, error) {
 	}
 	if c.Relay, err = strconv.ParseBool(relay); err != nil {
 		return Config{}, fmt.Errorf("relay: %q is not true or false", relay)
+	}
+	if c.GroupCommit, err = strconv.ParseBool(group); err != nil {
+		return Config{}, fmt.Errorf("group-commit: %q is not true or false", group)
 	}
 	if c.ClaimRetention, err = positiveDuration("claim-retention", claimKeep); err != nil {
 		return Config{}, err

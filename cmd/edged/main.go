@@ -152,6 +152,8 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	metrics := edge.NewMetrics(names)
 	metrics.RegisterBacklog(&m.lazy)
+	m.lazy.bounded = cfg.GroupCommit
+	metrics.Registry.MustRegister(groupCollector{lazy: &m.lazy})
 	var cache edge.Cache
 	redisState := func() string { return "off" }
 	if cfg.RedisURL != "" {
@@ -204,7 +206,8 @@ func (m *Main) Run(ctx context.Context) error {
 	// cannot tell it to (statement_timeout, lock_timeout).
 	serverTimeout := cfg.Budget * 9 / 10
 	store, err := waitForPostgres(ctx, m.Logger, cfg.DatabaseURL, target, cfg.StartTimeout, func(actx context.Context) (*durable.Store, error) {
-		return durable.New(actx, durable.Config{URL: cfg.DatabaseURL, StatementTimeout: serverTimeout, LockTimeout: serverTimeout})
+		return durable.New(actx, durable.Config{URL: cfg.DatabaseURL, StatementTimeout: serverTimeout, LockTimeout: serverTimeout,
+			GroupCommit: cfg.GroupCommit})
 	})
 	if err != nil {
 		return err

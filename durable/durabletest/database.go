@@ -149,3 +149,12 @@ func LockOrder(t testing.TB, db *pgxpool.Pool, orderNo string) (release func()) 
 	t.Cleanup(release)
 	return release
 }
+
+// GroupCommitEnv names the environment variable that picks the mode of
+// the Stores tests open: "0" decides every delivery alone, anything else
+// (or unset) uses group commit, the production default. make test runs
+// the decision tables in both modes.
+const GroupCommitEnv = "NOTIFYEDGE_TEST_GROUP_COMMIT"
+
+// GroupCommit reports the mode tests open Stores in (GroupCommitEnv).
+func GroupCommit() bool { return os.Getenv(GroupCommitEnv) != "0" }

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// groupCollector exports group commit's counters: how deliveries were
+// decided (batched, alone, handed back busy, retried after a failed batch)
+// and how many batches; batched ÷ batches is the mean batch size.
+type groupCollector struct{ lazy *lazyStore }
+
+var (
+	descGroupBatches = prometheus.NewDesc("notifyedge_group_batches_total",
+		"Batch transactions of group commit (two or more deliveries each).", nil, nil)
+	descGroupDeliveries = prometheus.NewDesc("notifyedge_group_deliveries_total",
+		"Deliveries by how group commit decided them: batched, alone (a transaction of its own), "+
+			"busy (handed back by a batch: another transaction held its key or order), "+
+			"retried (decided again alone after its batch failed).", []string{"how"}, nil)
+)
+
+func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descGroupBatches
+	ch <- descGroupDeliveries
+}
+
+func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
+	s, err := c.lazy.get()
+	if err != nil {
+		return
+	}
+	st := s.GroupStats()
+	if st == nil {
+		return
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descGroupBatches, st.Batches.Load())
+	counter(descGroupDeliveries, st.Batched.Load(), "batched")
+	counter(descGroupDeliveries, st.Alone.Load(), "alone")
+	counter(descGroupDeliveries, st.Busy.Load(), "busy")
+	counter(descGroupDeliveries, st.Retried.Load(), "retried")
+}
+
+var _ prometheus.Collector = groupCollector{}

@@ -1,0 +1,324 @@
+package durable_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+)
+
+// groupStore opens a group-commit Store with one batch slot, so the test
+// decides what shares a batch: while the slot is held, deliveries queue,
+// and the batch that frees it takes them all.
+func groupStore(t *testing.T, b *bundle) *durable.Store {
+	t.Helper()
+	return newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 1, MaxConns: 24})
+}
+
+type decided struct {
+	n   durable.Notification
+	r   durable.Result
+	err error
+	at  time.Duration
+}
+
+// submit runs Process for each note on its own goroutine; each answer
+// arrives on the channel.
+func submit(s *durable.Store, timeout time.Duration, notes ...durable.Notification) <-chan decided {
+	out := make(chan decided, len(notes))
+	start := time.Now()
+	for _, n := range notes {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			r, err := s.Process(ctx, n)
+			out <- decided{n, r, err, time.Since(start)}
+		}()
+	}
+	return out
+}
+
+// holdSlot takes the store's one batch slot: a delivery for an order the
+// test holds locked waits in its transaction, alone, until release. The
+// deliveries submitted meanwhile queue for the next batch.
+func holdSlot(t *testing.T, b *bundle, s *durable.Store, orderNo string) (release func(), answer <-chan decided) {
+	t.Helper()
+	b.order(t, orderNo, durable.PendingPay, 100, "CNY")
+	release = b.lockOrder(t, orderNo)
+	answer = submit(s, 20*time.Second, note("T"+orderNo, durable.PaySuccess, orderNo, 100, "CNY"))
+	waitForLockWaits(t, b, 1)
+	return release, answer
+}
+
+// payments seeds n pending orders prefix-00 .. and returns a payment of each.
+func payments(t *testing.T, b *bundle, prefix string, n int) []durable.Notification {
+	t.Helper()
+	var notes []durable.Notification
+	for i := range n {
+		o := fmt.Sprintf("%s%02d", prefix, i)
+		b.order(t, o, durable.PendingPay, 100, "CNY")
+		notes = append(notes, note("T"+o, durable.PaySuccess, o, 100, "CNY"))
+	}
+	return notes
+}
+
+// oneBatch submits notes so that they queue behind the store's one batch
+// slot (held meanwhile by a delivery of order slot), then frees it: the
+// next batch takes them all. Their answers arrive on the channel.
+func oneBatch(t *testing.T, b *bundle, s *durable.Store, slot string, notes []durable.Notification) <-chan decided {
+	t.Helper()
+	freeSlot, slotAnswer := holdSlot(t, b, s, slot)
+	answers := submit(s, 20*time.Second, notes...)
+	waitQueued(t, s, len(notes))
+	freeSlot()
+	if a := <-slotAnswer; a.err != nil || a.r.Outcome != durable.Applied {
+		t.Fatalf("the slot's delivery: %+v %v", a.r, a.err)
+	}
+	return answers
+}
+
+// waitForLockWaits waits until n sessions of the test's database wait for
+// a lock.
+func waitForLockWaits(t *testing.T, b *bundle, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d sessions ever waited for a lock", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitQueued waits until n deliveries wait for the store's batch slot.
+func waitQueued(t *testing.T, s *durable.Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for durable.GroupQueued(s) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries queued, want %d", durable.GroupQueued(s), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// One member of a batch waits for a lock another transaction holds (its
+// order's row, then its key): the batch hands it back, answers every other
+// member at once, and the blocked one is decided alone once the lock goes.
+func TestGroupBlockedMemberDoesNotHoldItsBatch(t *testing.T) {
+	for _, held := range []string{"order", "key"} {
+		t.Run(held, func(t *testing.T) {
+			b := setup(t)
+			s := groupStore(t, b)
+			ctx := context.Background()
+			blocked := note("TBLOCK", durable.PaySuccess, "G-BLOCK", 100, "CNY")
+			b.order(t, "G-BLOCK", durable.PendingPay, 100, "CNY")
+			var release func()
+			switch held {
+			case "order":
+				release = b.lockOrder(t, "G-BLOCK")
+			case "key":
+				tx, err := b.db.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, blocked.BizKey); err != nil {
+					t.Fatal(err)
+				}
+				release = func() { _ = tx.Rollback(ctx) }
+				t.Cleanup(release)
+			}
+			answers := oneBatch(t, b, s, "G-SLOT", append(payments(t, b, "G-", 20), blocked))
+			stats := s.GroupStats()
+			for range 20 {
+				select {
+				case a := <-answers:
+					if a.n.BizKey == blocked.BizKey {
+						t.Fatalf("the blocked delivery answered while its %s was held: %+v %v", held, a.r, a.err)
+					}
+					if a.err != nil || a.r.Outcome != durable.Applied {
+						t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("the batch's other members are held by the blocked one")
+				}
+			}
+			if got := stats.Batches.Load(); got != 1 {
+				t.Errorf("%d batches for the 21 queued deliveries, want 1", got)
+			}
+			if stats.Busy.Load() != 1 {
+				t.Errorf("busy members: %d, want 1", stats.Busy.Load())
+			}
+			release()
+			a := <-answers
+			if a.err != nil || a.r.Outcome != durable.Applied {
+				t.Fatalf("the blocked delivery once its %s was free: %+v %v", held, a.r, a.err)
+			}
+			if err := durabletest.Invariants(ctx, b.db, "G-", nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// A wait the try-locks cannot foresee (here a claim row another
+// transaction inserted without the key's lock, as a repair by hand would)
+// ends at the batch's lock_timeout; the batch rolls back and every member
+// is decided alone: the others answer, the blocked one waits for its lock.
+func TestGroupLockTimeoutRetriesAlone(t *testing.T) {
+	b := setup(t)
+	s := groupStore(t, b)
+	ctx := context.Background()
+	blocked := note("TWAIT", durable.PaySuccess, "W-WAIT", 100, "CNY")
+	b.order(t, "W-WAIT", durable.PendingPay, 100, "CNY")
+	tx, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
+		VALUES ($1, 'W-WAIT', $2, 'DONE', '{"http":200,"code":"SUCCESS","outcome":"applied","status":"PAID"}')`,
+		blocked.BizKey, blocked.Digest); err != nil {
+		t.Fatal(err)
+	}
+	answers := oneBatch(t, b, s, "W-SLOT", append(payments(t, b, "W-", 5), blocked))
+	for range 5 {
+		select {
+		case a := <-answers:
+			if a.n.BizKey == blocked.BizKey || a.err != nil || a.r.Outcome != durable.Applied {
+				t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the batch's other members are held by the blocked one")
+		}
+	}
+	if got := s.GroupStats().Retried.Load(); got != 6 {
+		t.Errorf("deliveries decided again alone: %d, want the batch's 6", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-answers; a.err != nil || a.r.Outcome != durable.Applied || a.r.Replayed {
+		t.Fatalf("the blocked delivery once the claim was rolled back: %+v %v", a.r, a.err)
+	}
+}
+
+// An error in one delivery (here a trigger that refuses its outbox row)
+// fails its batch; the members are decided again alone: the others are
+// applied, the faulty one gets its error, and nothing of it is stored.
+func TestGroupErrorInOneMemberSparesTheOthers(t *testing.T) {
+	b := setup(t)
+	s := groupStore(t, b)
+	ctx := context.Background()
+	if _, err := b.db.Exec(ctx, `
+CREATE FUNCTION refuse_e_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.order_no = 'E-BAD' THEN RAISE EXCEPTION 'refused for the test'; END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_e_bad BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_e_bad();`); err != nil {
+		t.Fatal(err)
+	}
+	bad := note("TBAD", durable.PaySuccess, "E-BAD", 100, "CNY")
+	b.order(t, "E-BAD", durable.PendingPay, 100, "CNY")
+	notes := append(payments(t, b, "E-", 5), bad)
+	answers := oneBatch(t, b, s, "E-SLOT", notes)
+	for range notes {
+		a := <-answers
+		if a.n.BizKey == bad.BizKey {
+			if a.err == nil {
+				t.Errorf("the faulty delivery: %+v, want its error", a.r)
+			}
+			continue
+		}
+		if a.err != nil || a.r.Outcome != durable.Applied {
+			t.Errorf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+		}
+	}
+	if got := s.GroupStats().Retried.Load(); got != 6 {
+		t.Errorf("deliveries decided again alone: %d, want 6", got)
+	}
+	if n := b.claims(t, bad.BizKey); n != 0 {
+		t.Errorf("the faulty delivery left %d claims", n)
+	}
+	if st := b.status(t, "E-BAD"); st != durable.PendingPay {
+		t.Errorf("E-BAD is %s", st)
+	}
+	if err := durabletest.Invariants(ctx, b.db, "E-", nil); err != nil {
+		t.Error(err)
+	}
+}
+
+// A batch never holds two deliveries of one key or one order: duplicates
+// and a refund of the same order queue behind it, and every answer is the
+// one-at-a-time answer (one decided, the rest replays).
+func TestGroupNeverBatchesOneKeyOrOrderTwice(t *testing.T) {
+	b := setup(t)
+	s := groupStore(t, b)
+	b.order(t, "K-1", durable.PendingPay, 100, "CNY")
+	pay := note("TK1", durable.PaySuccess, "K-1", 100, "CNY")
+	closeOther := note("TK1X", durable.PayClosed, "K-1", 100, "CNY")
+	notes := []durable.Notification{pay, pay, pay, closeOther}
+	answers := oneBatch(t, b, s, "K-SLOT", notes)
+	decided, replayed := 0, 0
+	for range notes {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("%s: %v", a.n.BizKey, a.err)
+		}
+		switch {
+		case a.n.BizKey == closeOther.BizKey:
+			// PAY_CLOSED after PAY_SUCCESS (a close of an abandoned
+			// attempt) skips; before it, it would close the order and the
+			// payment would be PAID_AFTER_CLOSE: either is a legal order.
+		case a.r.Replayed:
+			replayed++
+		default:
+			decided++ // applied, or skipped (PAID_AFTER_CLOSE) after the close
+		}
+	}
+	if decided != 1 || replayed != 2 {
+		t.Errorf("the payment: decided %d times, replayed %d; want 1 and 2", decided, replayed)
+	}
+	if got := s.GroupStats().Batches.Load(); got != 0 {
+		t.Errorf("%d batches: one key and one order never share one", got)
+	}
+	if err := durabletest.Invariants(context.Background(), b.db, "K-", []string{pay.BizKey}); err != nil {
+		t.Error(err)
+	}
+}
+
+// decideAll decides notes (distinct keys and orders) and returns their
+// answers in order. With group commit (durabletest.GroupCommit) they are
+// decided in one batch, and the test fails unless they were; one at a
+// time, one after the other.
+func decideAll(t *testing.T, b *bundle, notes []durable.Notification) []durable.Result {
+	t.Helper()
+	out := make([]durable.Result, len(notes))
+	if !durabletest.GroupCommit() {
+		for i, n := range notes {
+			out[i] = process(t, b.store, n)
+		}
+		return out
+	}
+	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 1, GroupSize: len(notes), MaxConns: 4})
+	answers := oneBatch(t, b, s, "Z-SLOT-"+notes[0].OrderNo, notes)
+	index := make(map[string]int, len(notes))
+	for i, n := range notes {
+		index[n.BizKey] = i
+	}
+	for range notes {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("%s: %v", a.n.BizKey, a.err)
+		}
+		out[index[a.n.BizKey]] = a.r
+	}
+	if st := s.GroupStats(); st.Batches.Load() != 1 || st.Batched.Load() != uint64(len(notes)) {
+		t.Fatalf("%d batches decided %d of the %d deliveries, want one batch of all", st.Batches.Load(), st.Batched.Load(), len(notes))
+	}
+	return out
+}
