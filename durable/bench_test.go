@@ -50,10 +50,14 @@ func seedApplied(b *testing.B, bb *bundle, n int) []durable.Notification {
 	return notes
 }
 
-func benchBundle(b *testing.B) *bundle {
+func benchBundle(b *testing.B, group ...int) *bundle {
 	b.Helper()
 	url := durabletestNewDatabaseB(b)
-	s, err := durable.New(context.Background(), durable.Config{URL: url, MaxConns: 40, MinConns: 40})
+	cfg := durable.Config{URL: url, MaxConns: 40, MinConns: 40}
+	if len(group) > 0 {
+		cfg.GroupCommit, cfg.GroupBatches = true, group[0]
+	}
+	s, err := durable.New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,6 +95,31 @@ func BenchmarkProcessApplied(b *testing.B) {
 		}
 		return err
 	})
+}
+
+// The same first deliveries, decided in batches (group commit), with 2, 4
+// and 8 batches in flight.
+func BenchmarkProcessAppliedGroup(b *testing.B) {
+	for _, slots := range []int{2, 4, 8} {
+		b.Run(fmt.Sprintf("batches=%d", slots), func(b *testing.B) { benchGroup(b, slots) })
+	}
+}
+
+func benchGroup(b *testing.B, slots int) {
+	bb := benchBundle(b, slots)
+	notes := seedPending(b, bb, b.N)
+	runParallel(b, notes, func(ctx context.Context, n durable.Notification) error {
+		r, err := bb.store.Process(ctx, n)
+		if err == nil && r.Outcome != durable.Applied {
+			err = fmt.Errorf("%s: %v", n.BizKey, r.Outcome)
+		}
+		return err
+	})
+	st := bb.store.GroupStats()
+	if n := st.Batches.Load(); n > 0 {
+		b.ReportMetric(float64(st.Batched.Load())/float64(n), "deliveries/batch")
+	}
+	b.ReportMetric(float64(st.Alone.Load())/float64(b.N), "alone/op")
 }
 
 func BenchmarkProcessReplay(b *testing.B) {

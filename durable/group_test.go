@@ -3,6 +3,9 @@ package durable_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -321,4 +324,123 @@ func decideAll(t *testing.T, b *bundle, notes []durable.Notification) []durable.
 		t.Fatalf("%d batches decided %d of the %d deliveries, want one batch of all", st.Batches.Load(), st.Batched.Load(), len(notes))
 	}
 	return out
+}
+
+// A session plans the batch's statements on its first batch and keeps the
+// plans. Planned while the tables were empty, "= ANY (keys)" and the joins
+// on unnest() would take sequential scans forever after: a batch's cost
+// would grow with the tables. They must take indexes whatever the tables
+// held when they were planned (until the next ANALYZE, which autovacuum
+// runs a minute or more later, the plans stand). auto_explain logs the
+// plans the store's session runs.
+func TestGroupPlansTakeIndexes(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	var db string
+	if err := b.db.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{"session_preload_libraries = 'auto_explain'",
+		"auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on"} {
+		if _, err := b.db.Exec(ctx, `ALTER DATABASE "`+db+`" SET `+set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 1, MaxConns: 1, MinConns: 1}) // one session: its plans
+	decideBatch := func(slot, prefix string, n int) {
+		ch := oneBatch(t, b, s, slot, payments(t, b, prefix, n))
+		for range n {
+			if a := <-ch; a.err != nil || a.r.Outcome != durable.Applied {
+				t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+			}
+		}
+	}
+	// Analysed while small, as autovacuum would after the first rows.
+	if _, err := b.db.Exec(ctx, `ANALYZE biz_order; ANALYZE notify_claim; ANALYZE outbox`); err != nil {
+		t.Fatal(err)
+	}
+	decideBatch("P-SLOT", "P-A", 4) // planned now, on near-empty tables
+	if _, err := b.db.Exec(ctx, `
+INSERT INTO biz_order (order_no, status, amount, currency) SELECT 'Q' || g, 'PAID', 100, 'CNY' FROM generate_series(1, 20000) g;
+INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
+SELECT 'q:' || g, 'Q' || g, repeat('0', 64), 'DONE', '{}' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(durabletest.Shared(t).Dir(), "postgres.log")
+	from := fileSize(t, logPath)
+	decideBatch("P-SLOT2", "P-B", 8)
+	pids := map[string]bool{}
+	rows, err := b.db.Query(ctx, `SELECT pid::text FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var pid string
+		if err := rows.Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids["["+pid+"]"] = true
+	}
+	rows.Close()
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An entry starts with a timestamp and "[pid]"; a plan's lines follow
+	// it, and the next entry of the same pid (CONTEXT) names the function
+	// whose statement it was.
+	type entry struct {
+		pid   string
+		lines []string
+	}
+	var entries []entry
+	for _, line := range strings.Split(string(raw[from:]), "\n") {
+		if f := strings.Fields(line); len(f) > 3 && strings.HasPrefix(f[3], "[") {
+			entries = append(entries, entry{pid: f[3], lines: []string{line}})
+		} else if len(entries) > 0 {
+			entries[len(entries)-1].lines = append(entries[len(entries)-1].lines, line)
+		}
+	}
+	plans, scans := 0, []string{}
+	for i, e := range entries {
+		if !pids[e.pid] || !strings.Contains(e.lines[0], "plan:") || i+1 == len(entries) {
+			continue
+		}
+		next := entries[i+1]
+		if next.pid != e.pid || !strings.Contains(next.lines[0], "CONTEXT:") {
+			continue
+		}
+		// The innermost frame is the first function the context names.
+		inner := ""
+		for _, line := range next.lines {
+			if j := strings.Index(line, "PL/pgSQL function "); j >= 0 {
+				inner = line[j:]
+				break
+			}
+		}
+		if !strings.HasPrefix(inner, "PL/pgSQL function notifyedge_process_batch(") {
+			continue // not a statement of the batch function itself
+		}
+		plans++
+		for _, line := range e.lines {
+			if strings.Contains(line, "Seq Scan on") {
+				scans = append(scans, strings.TrimSpace(line))
+			}
+		}
+	}
+	if plans == 0 {
+		t.Fatal("auto_explain logged no plan of the batch function's statements")
+	}
+	if len(scans) > 0 {
+		t.Errorf("the batch took sequential scans:\n%s", strings.Join(scans, "\n"))
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }
