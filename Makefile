@@ -81,7 +81,7 @@ test: deps
 test-race: deps
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
-## bench: every load scenario and ceiling on a fresh stack (vegeta; about 3 minutes)
+## bench: every load scenario and ceiling on a fresh stack (vegeta; about 12 minutes, 7 of them the retention rows)
 bench: deps
 	$(GO) run ./cmd/edgebench run -out bench/results
 
