@@ -67,3 +67,13 @@ func (b *breaker) record(err error) {
 
 // isOpen reports whether calls are being skipped.
 func (b *breaker) isOpen() bool { return b.open.Load() }
+
+// reset closes the breaker (reporting the change) and forgets its failures:
+// for a breaker whose node no longer serves any key.
+func (b *breaker) reset() {
+	b.failures.Store(0)
+	b.probing.Store(false)
+	if b.open.CompareAndSwap(true, false) && b.onChange != nil {
+		b.onChange(false)
+	}
+}

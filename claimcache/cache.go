@@ -117,8 +117,11 @@ type Config struct {
 	// OnError is called with every Redis error or timeout, and every failed
 	// read of the epoch (for a metric).
 	OnError func(error)
-	// OnBreaker is called when the breaker opens (true) or closes (false).
-	OnBreaker func(open bool)
+	// OnBreaker is called when a breaker opens (true) or closes (false).
+	// node is "" for a single Redis; on a Redis Cluster each master has a
+	// breaker of its own, named by its address (a breaker of "" then stands
+	// for calls made while no master was known).
+	OnBreaker func(node string, open bool)
 }
 
 // Cache is the claim-and-result cache. It is safe for concurrent use.
@@ -129,7 +132,7 @@ type Cache struct {
 	resultMS   string
 	waitBudget time.Duration
 	onError    func(error)
-	breaker    *breaker
+	breakers   *nodeBreakers
 	local      *local  // nil: off
 	node       [8]byte // random per process: owner tokens are node + counter
 	seq        atomic.Uint64
@@ -168,8 +171,15 @@ func New(cfg Config) (*Cache, error) {
 		resultTTL:  cmp.Or(cfg.ResultTTL, 24*time.Hour),
 		waitBudget: cmp.Or(cfg.WaitBudget, 50*time.Millisecond),
 		onError:    cfg.OnError,
-		breaker:    newBreaker(cmp.Or(cfg.BreakerFailures, 5), cmp.Or(cfg.BreakerCooldown, time.Second), cfg.OnBreaker),
 	}
+	threshold, cooldown := cmp.Or(cfg.BreakerFailures, 5), cmp.Or(cfg.BreakerCooldown, time.Second)
+	c.breakers = newNodeBreakers(cfg.Client, func(node string) *breaker {
+		var onChange func(bool)
+		if cfg.OnBreaker != nil {
+			onChange = func(open bool) { cfg.OnBreaker(node, open) }
+		}
+		return newBreaker(threshold, cooldown, onChange)
+	})
 	if c.pendingTTL < time.Millisecond || c.resultTTL < time.Millisecond {
 		return nil, errors.New("claimcache: TTLs must be at least 1ms")
 	}
@@ -213,6 +223,12 @@ func NewClient(url string, callTimeout time.Duration, poolSize int) (redis.Unive
 			return nil, fmt.Errorf("claimcache: parse cluster url: %w", err)
 		}
 		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.ContextTimeoutEnabled)
+		// The slot map is read again at most a second after it is a second
+		// old (go-redis's default is a minute): a failed-over master's keys
+		// move to its promoted replica within seconds, and a breaker that
+		// stops calls to the dead master would otherwise keep the stale map
+		// from ever being refreshed by an error.
+		o.ClusterStateReloadInterval = time.Second
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(url)
@@ -247,21 +263,35 @@ func pendingValue(dst []byte, d Digest, t Token) []byte {
 	return append(dst, t[:]...)
 }
 
-// call runs f against Redis unless the breaker is open, and feeds the
-// breaker and OnError with its outcome (redis.Nil is an answer, not an error).
-func (c *Cache) call(f func() error) error {
-	if !c.breaker.allow() {
+// call runs f against Redis unless the breaker of the node serving the
+// Redis key rk is open, and feeds that breaker and OnError with its outcome
+// (redis.Nil is an answer, not an error).
+func (c *Cache) call(ctx context.Context, rk string, f func() error) error {
+	b := c.breakers.forKey(ctx, rk)
+	if !b.allow() {
 		return ErrBreakerOpen
 	}
 	err := f()
 	if errors.Is(err, redis.Nil) {
 		err = nil
 	}
-	c.breaker.record(err)
+	c.record(b, err)
+	return err
+}
+
+// record feeds b and OnError with a call's outcome (redis.Nil is an
+// answer, not an error).
+func (c *Cache) record(b *breaker, err error) {
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	b.record(err)
+	if err == nil && c.probeBad.Load() {
+		c.probeBad.Store(false) // an answer is as good as the probe's PING
+	}
 	if err != nil && c.onError != nil {
 		c.onError(err)
 	}
-	return err
 }
 
 // Claim claims key for a delivery with digest d, or finds what is there, in
@@ -285,8 +315,9 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 	*bp = pendingValue((*bp)[:0], d, tok)
 	var old string
 	var found bool
-	err = c.call(func() error {
-		cmd := c.client.SetArgs(ctx, st.key(key), *bp, redis.SetArgs{Mode: "NX", Get: true, TTL: c.pendingTTL})
+	rk := st.key(key)
+	err = c.call(ctx, rk, func() error {
+		cmd := c.client.SetArgs(ctx, rk, *bp, redis.SetArgs{Mode: "NX", Get: true, TTL: c.pendingTTL})
 		v, err := cmd.Result()
 		if err == nil {
 			old, found = v, true
@@ -346,7 +377,7 @@ func (c *Cache) Wait(ctx context.Context, key []byte, d Digest) (Result, error) 
 		}
 		var v string
 		var found bool
-		err := c.call(func() error {
+		err := c.call(ctx, rk, func() error {
 			s, err := c.client.Get(ctx, rk).Result()
 			v, found = s, err == nil
 			return err
@@ -377,8 +408,9 @@ func (c *Cache) Complete(ctx context.Context, key []byte, d Digest, response []b
 	v = append(v, d[:]...)
 	v = append(v, response...)
 	*bp = v
-	err = c.call(func() error {
-		return completeScript.Run(ctx, c.client, []string{st.key(key)}, v, c.resultMS).Err()
+	rk := st.key(key)
+	err = c.call(ctx, rk, func() error {
+		return completeScript.Run(ctx, c.client, []string{rk}, v, c.resultMS).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("complete: %w", err)
@@ -424,42 +456,55 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 		buf = append(buf, cs[i].Response...)
 		values[i] = buf[from:len(buf):len(buf)]
 	}
-	var cmds []redis.Cmder
-	err = c.call(func() error {
-		var perr error
-		cmds, perr = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range cs {
-				completeScript.EvalSha(ctx, p, []string{st.key(cs[i].Key)}, values[i], c.resultMS)
-			}
-			return nil
-		})
-		if perr == nil || len(cmds) != len(cs) {
-			return perr
-		}
-		// Each command answers for itself (the pipeline's error is the
-		// first one's); a script Redis lost (restart, SCRIPT FLUSH) is
-		// loaded by running it alone.
-		perr = nil
-		for i, cmd := range cmds {
-			err := cmd.Err()
-			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				err = completeScript.Run(ctx, c.client, []string{st.key(cs[i].Key)}, values[i], c.resultMS).Err()
-			}
-			if err != nil && !errors.Is(err, redis.Nil) && perr == nil {
-				perr = err
-			}
-		}
-		return perr
-	})
-	if c.local != nil && len(cmds) == len(cs) {
-		for i, cmd := range cmds {
-			if cmd.Err() == nil {
-				c.local.put(cs[i].Key, st.gen, cs[i].Digest, string(cs[i].Response))
-			}
+	// Each completion goes to its key's node and answers to that node's
+	// breaker: one whose breaker is open is skipped (a lost Complete).
+	keys := make([]string, len(cs))
+	brk := make([]*breaker, len(cs))
+	sent := make([]int, 0, len(cs)) // indexes of cs in the pipeline
+	for i := range cs {
+		keys[i] = st.key(cs[i].Key)
+		brk[i] = c.breakers.forKey(ctx, keys[i])
+		if brk[i].allow() {
+			sent = append(sent, i)
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("complete: %w", err)
+	if len(sent) == 0 {
+		return fmt.Errorf("complete: %w", ErrBreakerOpen)
+	}
+	cmds, _ := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range sent {
+			completeScript.EvalSha(ctx, p, []string{keys[i]}, values[i], c.resultMS)
+		}
+		return nil
+	})
+	var first error
+	for j, i := range sent {
+		err := ErrBreakerOpen // no answer for it at all
+		if j < len(cmds) {
+			err = cmds[j].Err()
+			// A script Redis lost (restart, SCRIPT FLUSH) is loaded by
+			// running it alone.
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				err = completeScript.Run(ctx, c.client, []string{keys[i]}, values[i], c.resultMS).Err()
+			}
+		}
+		c.record(brk[i], err)
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		if c.local != nil {
+			c.local.put(cs[i].Key, st.gen, cs[i].Digest, string(cs[i].Response))
+		}
+	}
+	if first == nil && len(sent) < len(cs) {
+		first = ErrBreakerOpen
+	}
+	if first != nil {
+		return fmt.Errorf("complete: %w", first)
 	}
 	return nil
 }
@@ -473,8 +518,9 @@ func (c *Cache) Abort(ctx context.Context, key []byte, d Digest, t Token) error 
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
 	*bp = pendingValue((*bp)[:0], d, t)
-	err = c.call(func() error {
-		return abortScript.Run(ctx, c.client, []string{st.key(key)}, *bp).Err()
+	rk := st.key(key)
+	err = c.call(ctx, rk, func() error {
+		return abortScript.Run(ctx, c.client, []string{rk}, *bp).Err()
 	})
 	if err != nil {
 		return fmt.Errorf("abort: %w", err)
@@ -482,20 +528,25 @@ func (c *Cache) Abort(ctx context.Context, key []byte, d Digest, t Token) error 
 	return nil
 }
 
-// State is "ok", or "degraded" while the breaker is open, Redis does not
-// answer a PING or no epoch is known yet. The PING is sent at most once a
-// second, whoever asks how often (the caller is a readiness probe); in
-// between the last answer stands.
+// State is "ok", or "degraded" while a breaker is open (on a Redis
+// Cluster, any master's), Redis does not answer a PING or no epoch is known
+// yet. The PING is sent at most once a second, whoever asks how often (the
+// caller is a readiness probe); in between the last answer stands. On a
+// cluster the same probe forgets the breakers of nodes that are no longer
+// masters (a failed-over master's keys are served by its replica now).
 func (c *Cache) State() string {
-	if c.breaker.isOpen() || c.epoch.Load() == nil {
-		return "degraded"
-	}
 	now := time.Now().UnixNano()
 	if last := c.probedAt.Load(); now-last >= int64(probeEvery) && c.probedAt.CompareAndSwap(last, now) {
 		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 		err := c.client.Ping(ctx).Err()
+		if err == nil {
+			err = c.breakers.prune(ctx)
+		}
 		cancel()
 		c.probeBad.Store(err != nil)
+	}
+	if c.breakers.anyOpen() || c.epoch.Load() == nil {
+		return "degraded"
 	}
 	if c.probeBad.Load() {
 		return "degraded"

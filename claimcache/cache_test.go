@@ -30,10 +30,34 @@ var realRedis struct {
 	err  error
 }
 
+// realCluster is a Redis Cluster of 3 masters with a replica each, shared
+// by the tests that only read and write their own keys.
+var realCluster struct {
+	once sync.Once
+	c    *claimcachetest.Cluster
+	err  error
+}
+
+func sharedCluster(t *testing.T) *claimcachetest.Cluster {
+	t.Helper()
+	realCluster.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		realCluster.c, realCluster.err = claimcachetest.StartCluster(ctx, 3, 1, time.Second)
+	})
+	if realCluster.err != nil {
+		t.Fatal(realCluster.err)
+	}
+	return realCluster.c
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if realRedis.srv != nil {
 		realRedis.srv.Stop()
+	}
+	if realCluster.c != nil {
+		realCluster.c.Stop()
 	}
 	os.Exit(code)
 }
@@ -58,6 +82,11 @@ func backends(t *testing.T) []backend {
 				}
 				return realRedis.srv.URL()
 			},
+			advance: func(d time.Duration) { time.Sleep(d) },
+		},
+		{
+			name:    "redis-cluster",
+			url:     func(t *testing.T) string { return sharedCluster(t).URL() },
 			advance: func(d time.Duration) { time.Sleep(d) },
 		},
 	}
@@ -247,7 +276,7 @@ func TestBreaker(t *testing.T) {
 	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{
 		BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond,
 		OnError: func(error) { errs++ },
-		OnBreaker: func(open bool) {
+		OnBreaker: func(_ string, open bool) {
 			if open {
 				opened++
 			} else {

@@ -194,7 +194,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	if got := b.metric(t, `notifyedge_cache_errors_total`); got == 0 {
 		t.Error("no cache errors counted: was Redis really killed mid-load?")
 	}
-	if got := b.metric(t, `notifyedge_cache_breaker_open`); got != 1 {
+	if got := b.metric(t, `notifyedge_cache_breaker_open{node=""}`); got != 1 {
 		t.Errorf("breaker_open = %v, want 1 while Redis is down", got)
 	}
 	if code, ready := b.admin(t, "GET", "/readyz", "", ""); code != 200 || ready["redis"] != "degraded" {
@@ -236,7 +236,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	if fromCache[2] != refilled {
 		t.Errorf("third round after the restart: %v of %d replayed from the cache, want all (refilled)", fromCache[2], refilled)
 	}
-	if b.metric(t, `notifyedge_cache_breaker_open`) != 0 {
+	if b.metric(t, `notifyedge_cache_breaker_open{node=""}`) != 0 {
 		t.Error("breaker still open after Redis came back")
 	}
 	keys := b.redisKeys(t)

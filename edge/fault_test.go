@@ -77,7 +77,7 @@ func TestRedisSlow(t *testing.T) {
 			}
 		}
 	}
-	if b.metric(t, `notifyedge_cache_breaker_open`) != 1 || b.metric(t, `notifyedge_cache_errors_total`) == 0 {
+	if b.metric(t, `notifyedge_cache_breaker_open{node=""}`) != 1 || b.metric(t, `notifyedge_cache_errors_total`) == 0 {
 		t.Error("the breaker did not open on a slow Redis")
 	}
 	if got := b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_db"}`); got != 60 {

@@ -70,6 +70,8 @@ type options struct {
 	// front of the test's redis-server).
 	redisURL string
 	redis    *claimcachetest.Server
+	// cluster puts the claim cache on this Redis Cluster instead.
+	cluster *claimcachetest.Cluster
 	// channels are configured beside acme.
 	channels []channel.Channel
 	// server are the public listener's connection settings (zero: the
@@ -121,14 +123,21 @@ func setup(t testing.TB, o options) *bundle {
 	var ecache edge.Cache
 	redisSrv := o.redis
 	redisState := func() string { return "off" }
-	if o.cache || redisSrv != nil {
-		if redisSrv == nil {
+	if o.cluster != nil {
+		o.redisURL = o.cluster.URL()
+	}
+	if o.cache || redisSrv != nil || o.cluster != nil {
+		if redisSrv == nil && o.cluster == nil {
 			if redisSrv, err = claimcachetest.Start(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(redisSrv.Stop)
 		}
-		client, err := claimcache.NewClient(cmp.Or(o.redisURL, redisSrv.URL()), 25*time.Millisecond, 128)
+		url := o.redisURL
+		if url == "" {
+			url = redisSrv.URL()
+		}
+		client, err := claimcache.NewClient(url, 25*time.Millisecond, 128)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,8 +147,8 @@ func setup(t testing.TB, o options) *bundle {
 			BreakerCooldown: 200 * time.Millisecond,
 			LocalEntries:    o.localEntries,
 			OnError:         func(error) { metrics.CacheErrors.Inc() },
-			OnBreaker: func(open bool) {
-				metrics.BreakerOpen.Set(map[bool]float64{true: 1, false: 0}[open])
+			OnBreaker: func(node string, open bool) {
+				metrics.BreakerOpen.WithLabelValues(node).Set(map[bool]float64{true: 1, false: 0}[open])
 			},
 		}
 		if o.epoch {

@@ -18,8 +18,10 @@ type Metrics struct {
 	Registry *prometheus.Registry
 	// CacheErrors counts Redis errors and timeouts.
 	CacheErrors prometheus.Counter
-	// BreakerOpen is 1 while the cache breaker is open.
-	BreakerOpen prometheus.Gauge
+	// BreakerOpen is 1 while a cache breaker is open, by node: "" for a
+	// single Redis, a master's address on a Redis Cluster (one breaker per
+	// master).
+	BreakerOpen *prometheus.GaugeVec
 	// ConnsRefused counts connections the public listener refused, by
 	// reason (per_ip, total).
 	ConnsRefused *prometheus.CounterVec
@@ -76,10 +78,10 @@ func NewMetrics(channels []string) *Metrics {
 			Name: "notifyedge_cache_errors_total",
 			Help: "Redis errors and timeouts on the claim cache (each sent the request to Postgres).",
 		}),
-		BreakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+		BreakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "notifyedge_cache_breaker_open",
-			Help: "1 while the cache breaker is open (Redis skipped), else 0.",
-		}),
+			Help: "1 while a cache breaker is open (that Redis node's keys go to Postgres), else 0; by node (a Redis Cluster master's address, \"\" for a single Redis).",
+		}, []string{"node"}),
 		ConnsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "notifyedge_connections_refused_total",
 			Help: "Connections the public listener refused: per_ip (one address over its cap) or total.",
@@ -94,6 +96,7 @@ func NewMetrics(channels []string) *Metrics {
 		}),
 		byChannel: make(map[string]*channelMetrics, len(channels)),
 	}
+	m.BreakerOpen.WithLabelValues("") // a single Redis's breaker reads 0 from the start
 	reg.MustRegister(requests, duration, m.CacheErrors, m.BreakerOpen, m.ConnsRefused, m.LogsDropped, m.Starting)
 	resolve := func(name string) *channelMetrics {
 		cm := &channelMetrics{}

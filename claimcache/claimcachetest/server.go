@@ -148,6 +148,22 @@ func (s *Server) Restart(ctx context.Context) error {
 	return fmt.Errorf("restart redis-server: %w (%w)", ctx.Err(), err)
 }
 
+// alive reports whether the server process is running.
+func (s *Server) alive() bool {
+	s.mu.Lock()
+	exited := s.exited
+	s.mu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
 // Stop kills the server and removes its directory; safe to call more than
 // once.
 func (s *Server) Stop() {

@@ -24,12 +24,15 @@ type Config struct {
 	RedisURL    string
 	StreamURL   string
 	StreamName  string
-	AdminToken  string
-	OrdersToken string
-	Budget      time.Duration
-	MaxBody     int
-	ResultTTL   time.Duration
-	Drain       time.Duration
+	// StreamReplicas is how many replicas of the stream's master must hold
+	// a published batch before its outbox rows are marked published.
+	StreamReplicas int
+	AdminToken     string
+	OrdersToken    string
+	Budget         time.Duration
+	MaxBody        int
+	ResultTTL      time.Duration
+	Drain          time.Duration
 	// StartTimeout is how long edged waits for Postgres at start (0: for
 	// ever) before it exits.
 	StartTimeout time.Duration
@@ -81,7 +84,7 @@ func ParseConfig(args, env []string) (Config, error) {
 		return def
 	}
 	var c Config
-	var budget, maxBody, ttl, drain, drainDelay, relay, group, idle, perIP, startTimeout string
+	var budget, maxBody, ttl, drain, drainDelay, relay, group, idle, perIP, startTimeout, replicas string
 	fs := flag.NewFlagSet("edged", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", get("EDGE_LISTEN", ":8080"), "public listen address (EDGE_LISTEN)")
 	fs.StringVar(&c.AdminListen, "admin-listen", get("EDGE_ADMIN_LISTEN", "127.0.0.1:9090"), "admin listen address (EDGE_ADMIN_LISTEN)")
@@ -92,6 +95,7 @@ func ParseConfig(args, env []string) (Config, error) {
 	fs.StringVar(&startTimeout, "start-timeout", get("EDGE_START_TIMEOUT", "60s"), "how long to wait for Postgres at start, 0 for ever (EDGE_START_TIMEOUT)")
 	fs.StringVar(&drainDelay, "drain-delay", get("EDGE_DRAIN_DELAY", "5s"), "from SIGTERM, how long /readyz answers 503 while the listener still serves (EDGE_DRAIN_DELAY)")
 	fs.StringVar(&relay, "relay", get("EDGE_RELAY", "true"), "run the outbox relay where EDGE_STREAM_URL is set (EDGE_RELAY)")
+	fs.StringVar(&replicas, "stream-replicas", get("EDGE_STREAM_REPLICAS", "0"), "replicas that must hold a published entry (WAIT) before its outbox row is marked published (EDGE_STREAM_REPLICAS)")
 	fs.StringVar(&group, "group-commit", get("EDGE_GROUP_COMMIT", "true"), "decide concurrent first deliveries together, one transaction per batch (EDGE_GROUP_COMMIT)")
 	var claimKeep, outboxKeep, reviewKeep string
 	fs.StringVar(&claimKeep, "claim-retention", get("EDGE_CLAIM_RETENTION", "168h"), "delete claims older than this, at least 25h: the channels' retry window (EDGE_CLAIM_RETENTION)")
@@ -133,6 +137,9 @@ func ParseConfig(args, env []string) (Config, error) {
 	}
 	if c.Relay, err = strconv.ParseBool(relay); err != nil {
 		return Config{}, fmt.Errorf("relay: %q is not true or false", relay)
+	}
+	if c.StreamReplicas, err = strconv.Atoi(replicas); err != nil || c.StreamReplicas < 0 {
+		return Config{}, fmt.Errorf("stream-replicas: %q is not a whole number ≥ 0", replicas)
 	}
 	if c.GroupCommit, err = strconv.ParseBool(group); err != nil {
 		return Config{}, fmt.Errorf("group-commit: %q is not true or false", group)

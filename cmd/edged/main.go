@@ -274,13 +274,13 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 				metrics.CacheErrors.Inc()
 			}
 		},
-		OnBreaker: func(open bool) {
+		OnBreaker: func(node string, open bool) {
 			if open {
-				metrics.BreakerOpen.Set(1)
-				m.Logger.Warn("cache breaker open: Postgres answers every request until Redis is back")
+				metrics.BreakerOpen.WithLabelValues(node).Set(1)
+				m.Logger.Warn("cache breaker open: Postgres answers its keys until Redis is back", "node", node)
 			} else {
-				metrics.BreakerOpen.Set(0)
-				m.Logger.Info("cache breaker closed")
+				metrics.BreakerOpen.WithLabelValues(node).Set(0)
+				m.Logger.Info("cache breaker closed", "node", node)
 			}
 		},
 	})
@@ -298,10 +298,12 @@ func (m *Main) startRelay() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stopRelay, m.relayDone = cancel, make(chan struct{})
 	m.relayState.Store("standby")
+	publisher := redisstream.NewPublisher(client, m.Config.StreamName, 0)
+	publisher.Replicas = m.Config.StreamReplicas
 	go func() {
 		defer close(m.relayDone)
 		m.store.RunRelay(ctx, durable.RelayConfig{
-			Publisher: redisstream.NewPublisher(client, m.Config.StreamName, 0),
+			Publisher: publisher,
 			OnState: func(st string) {
 				if m.relayState.Swap(st) != st {
 					m.Logger.Info("outbox relay", "state", st)

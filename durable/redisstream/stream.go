@@ -37,12 +37,25 @@ const (
 
 // Publisher publishes outbox rows to one stream.
 type Publisher struct {
+	// Replicas, when > 0, is how many replicas of the stream's master must
+	// hold a published batch (WAIT, on the connection that wrote it) before
+	// Publish returns nil, so that an entry Redis acknowledged cannot vanish
+	// in a failover after its row was marked published. Fewer within
+	// ReplicaTimeout (default 1s) is an error: the rows stay unpublished and
+	// go again (consumers skip an outbox id they have seen).
+	Replicas       int
+	ReplicaTimeout time.Duration
+
 	client    redis.UniversalClient
 	stream    string
 	trimEvery time.Duration
 	mu        sync.Mutex
 	lastTrim  time.Time
 }
+
+// ErrReplicas is returned by Publish when fewer replicas than
+// Publisher.Replicas confirmed a batch in time.
+var ErrReplicas = errors.New("redisstream: too few replicas confirmed the entries")
 
 var _ durable.Publisher = (*Publisher)(nil)
 
@@ -53,14 +66,31 @@ func NewPublisher(client redis.UniversalClient, stream string, trimEvery time.Du
 }
 
 // Publish XADDs msgs in order in one pipeline and returns nil once Redis
-// acknowledged every one.
+// acknowledged every one (and, with Replicas, once that many replicas hold
+// them).
 func (p *Publisher) Publish(ctx context.Context, msgs []durable.OutboxMessage) error {
-	pipe := p.client.Pipeline()
+	var pipe redis.Pipeliner
+	if p.Replicas > 0 {
+		// WAIT counts the replicas that hold this connection's writes: the
+		// XADDs and the WAIT go in one pipeline, on one connection to the
+		// stream's master.
+		conn, err := p.master(ctx)
+		if err != nil {
+			return fmt.Errorf("xadd: %w", err)
+		}
+		pipe = conn.Pipeline()
+	} else {
+		pipe = p.client.Pipeline()
+	}
 	cmds := make([]*redis.StringCmd, len(msgs))
 	for i, m := range msgs {
 		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.stream, Values: []any{
 			FieldOutboxID, m.ID, FieldTopic, m.Topic, FieldOrderNo, m.OrderNo, FieldPayload, m.Payload,
 		}})
+	}
+	var wait *redis.Cmd
+	if p.Replicas > 0 {
+		wait = pipe.Do(ctx, "WAIT", p.Replicas, cmp.Or(p.ReplicaTimeout, time.Second).Milliseconds())
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("xadd: %w", err)
@@ -68,6 +98,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []durable.OutboxMessage) e
 	for i, c := range cmds {
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("xadd outbox id %d: %w", msgs[i].ID, err)
+		}
+	}
+	if wait != nil {
+		if n, err := wait.Int64(); err != nil || n < int64(p.Replicas) {
+			return fmt.Errorf("%w: %d of %d within %s", ErrReplicas, n, p.Replicas, cmp.Or(p.ReplicaTimeout, time.Second))
 		}
 	}
 	p.mu.Lock()
@@ -82,6 +117,15 @@ func (p *Publisher) Publish(ctx context.Context, msgs []durable.OutboxMessage) e
 		}
 	}
 	return nil
+}
+
+// master returns a client of the stream's master: on a Redis Cluster the
+// node that serves the stream's key, else the one server.
+func (p *Publisher) master(ctx context.Context) (redis.Cmdable, error) {
+	if cc, ok := p.client.(*redis.ClusterClient); ok {
+		return cc.MasterForKey(ctx, p.stream)
+	}
+	return p.client, nil
 }
 
 // Trim drops the entries every consumer group has acknowledged: below the
