@@ -148,6 +148,22 @@ func (s *Server) Restart(ctx context.Context) error {
 	return fmt.Errorf("restart redis-server: %w (%w)", ctx.Err(), err)
 }
 
+// Pause stops the server process (SIGSTOP): it holds its connections but
+// reads and answers nothing until Resume.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
 // alive reports whether the server process is running.
 func (s *Server) alive() bool {
 	s.mu.Lock()

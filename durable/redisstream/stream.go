@@ -336,6 +336,10 @@ func NewClient(url string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("redisstream: parse cluster url: %w", err)
 		}
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 2*time.Second, 5*time.Second, 5*time.Second
+		// The slot map is read again once it is a second old (go-redis's
+		// default is a minute): after a failover the stream's key moves to
+		// the promoted replica, and the relay must follow it in seconds.
+		o.ClusterStateReloadInterval = time.Second
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(url)

@@ -1,0 +1,112 @@
+package redisstream_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/redisstream"
+)
+
+// The stream's master dies right after entries it acknowledged, before its
+// replica had them (the replica frozen, its link dropped, then the master
+// SIGKILLed and the replica promoted). With Replicas 1 the relay
+// marks rows published only once the replica holds them (WAIT): after the
+// failover every published row is on the promoted replica, and the rest
+// are still unpublished in the outbox, to go again.
+func TestStreamSurvivesMasterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster and waits for a failover")
+	}
+	replicas := 1
+	if v := os.Getenv("NOTIFYEDGE_TEST_STREAM_REPLICAS"); v != "" { // 0 shows the loss this prevents
+		replicas, _ = strconv.Atoi(v)
+	}
+	ctx := context.Background()
+	cl, err := claimcachetest.StartCluster(ctx, 3, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	client, err := redisstream.NewClient(cl.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	url := durabletest.NewDatabase(t)
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	b := &bundle{url: url, store: newStore(t, url), db: db, client: client}
+
+	master, err := cl.MasterOf(ctx, redisstream.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica, err := cl.ReplicaOf(ctx, master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := redisstream.NewPublisher(client, "", 0)
+	pub.Replicas, pub.ReplicaTimeout = replicas, 300*time.Millisecond
+	stop := runRelay(t, b.store, pub, nil)
+	b.paidAndRefunded(t, "F", 20, false) // published while the replica keeps up
+	b.waitPublished(t)
+
+	// The replica is frozen and its link dropped: what the master
+	// acknowledges from now on never leaves it. Then the master dies and
+	// the replica, thawed, is promoted without those entries.
+	replica.Pause()
+	mc := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	if err := mc.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b.paidAndRefunded(t, "G", 40, false)
+	time.Sleep(500 * time.Millisecond) // the relay publishes them to the master
+	master.Kill()
+	replica.Resume()
+	if err := cl.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	inStream := map[int64]bool{}
+	all, _ := b.streamIDs(t)
+	for _, id := range all {
+		inStream[id] = true
+	}
+	rows, err := db.Query(ctx, `SELECT id FROM outbox WHERE published_at IS NOT NULL ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var published, lost []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		published = append(published, id)
+		if !inStream[id] {
+			lost = append(lost, id)
+		}
+	}
+	rows.Close()
+	unpublished := b.count(t, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
+	t.Logf("Replicas %d: %d rows marked published, %d unpublished, %d entries on the promoted replica", replicas, len(published), unpublished, len(all))
+	if len(lost) > 0 {
+		t.Errorf("%d rows marked published are not on the promoted replica (first: outbox id %d)", len(lost), lost[0])
+	}
+	if unpublished == 0 {
+		t.Error("every row was marked published although the replica was stalled when the master died")
+	}
+}
