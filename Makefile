@@ -47,6 +47,18 @@ deps-promtool:
 		[ $$rc = 0 ] || { echo "could not install promtool: run 'sudo apt-get install prometheus'"; exit 1; }; \
 	else echo "missing promtool: run 'sudo apt-get install prometheus' (it ships promtool)"; exit 1; fi
 
+# haproxy for make bench-scale only (not for make test). Debian's package
+# would start a system haproxy; policy-rc.d stops that during the install.
+deps-haproxy:
+	@command -v haproxy >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing haproxy (apt-get install haproxy)"; \
+		own=0; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own=1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; rc=$$?; \
+		[ $$own = 1 ] && rm -f /usr/sbin/policy-rc.d; \
+		[ $$rc = 0 ] || { echo "could not install haproxy: run 'sudo apt-get install haproxy'"; exit 1; }; \
+	else echo "missing haproxy: run 'sudo apt-get install haproxy'"; exit 1; fi
+
 # PostgreSQL server binaries: found like durable/pgtemp finds them.
 # Installing Debian's package would create and start a "main" cluster; the
 # tests start their own, so that is switched off before the install.
@@ -85,6 +97,11 @@ test-race: deps
 bench: deps
 	$(GO) run ./cmd/edgebench run -out bench/results
 
+## bench-scale: three edged behind haproxy on a Redis Cluster and a Postgres
+## with a synchronous standby; kills a node, a Redis master and the primary
+bench-scale: deps deps-haproxy build
+	$(GO) run ./cmd/edgebench scale -edged bin/edged -shipper bin/shipper
+
 ## bench-go: the Go benchmarks (durable beside raw pgx, the handler, the cache; fsync on)
 bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./durable/... ./edge/
@@ -119,4 +136,4 @@ lint:
 		echo "cmd/edged links package testing (a test helper reached the production binary): see 'go list -deps ./cmd/edged'"; exit 1; \
 	fi; echo "edged links no test code: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool run build test demo bench-go fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-haproxy run build test demo bench-go bench-scale fuzz test-race bench lint

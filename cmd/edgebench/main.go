@@ -3,6 +3,9 @@
 //	edgebench demo [-orders 1000]              the incident replayed: naive design vs notifyedge
 //	edgebench lag [-rate 1000 -duration 10s]   outbox lag at a steady callback rate
 //	edgebench run [-duration 10s -workers 64]   every load scenario and ceiling: speed, CPU per request, invariants
+//	edgebench scale -edged bin/edged -shipper bin/shipper
+//	                                            three edged behind haproxy, a Redis Cluster, a synchronous
+//	                                            standby; kills a node, a Redis master and the primary
 package main
 
 import (
@@ -29,8 +32,12 @@ func main() {
 		run(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "scale" {
+		scale(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag [flags]")
+		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|scale [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("edgebench demo", flag.ExitOnError)
@@ -94,6 +101,27 @@ func run(args []string) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := bench.Run(ctx, cfg)
+	if rep != nil {
+		fmt.Print(rep.Table())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+}
+
+func scale(args []string) {
+	fs := flag.NewFlagSet("edgebench scale", flag.ExitOnError)
+	edged := fs.String("edged", "bin/edged", "the edged binary")
+	shipper := fs.String("shipper", "bin/shipper", "the shipper binary")
+	workers := fs.Int("workers", 64, "the driver's concurrency")
+	phase := fs.Duration("phase", 10*time.Second, "each throughput phase")
+	faults := fs.Duration("faults", 60*time.Second, "the fault run")
+	fs.Parse(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.RunScale(ctx, bench.ScaleConfig{Edged: *edged, Shipper: *shipper, Workers: *workers,
+		Phase: *phase, Faults: *faults, Progress: os.Stderr})
 	if rep != nil {
 		fmt.Print(rep.Table())
 	}

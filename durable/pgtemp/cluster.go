@@ -209,6 +209,16 @@ func (c *Cluster) TCPAddr() string {
 // Dir returns the cluster's temporary directory (removed by Stop).
 func (c *Cluster) Dir() string { return c.dir }
 
+// Kill stops the server at once (SIGKILL to the postmaster; its backends
+// exit when they notice): a crash, not a shutdown. The directory stays
+// until Stop.
+func (c *Cluster) Kill() {
+	if c.cmd != nil && c.cmd.Process != nil {
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
 // Stop shuts the server down (fast shutdown, then SIGKILL after 10 s) and
 // removes its directory. It is safe to call more than once.
 func (c *Cluster) Stop() error {
