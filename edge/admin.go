@@ -67,6 +67,9 @@ type AdminConfig struct {
 	// CacheEpoch bumps the cache epoch for POST /cache/epoch (nil: that endpoint
 	// is 404).
 	CacheEpoch EpochBumper
+	// Reload re-reads the credentials for POST /reload (nil: that endpoint
+	// is not served). Its error, if any, names the variable and the reason.
+	Reload func(ctx context.Context) error
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -163,6 +166,13 @@ func (a *Admin) handle(ctx *fasthttp.RequestCtx) {
 			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
 		case a.authorized(ctx):
 			a.bumpEpoch(ctx)
+		}
+	case epReload:
+		switch {
+		case a.cfg.Reload == nil:
+			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
+		case a.authorized(ctx):
+			a.reload(ctx)
 		}
 	case epOrder, epOrderEvents:
 		switch {
@@ -359,4 +369,19 @@ func jsonError(ctx *fasthttp.RequestCtx, code int, msg string) {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}{"FAIL", msg})
+}
+
+// reload re-reads the credentials: 200 {"result":"ok"}, or 500 with the
+// reason and the old set still in force.
+func (a *Admin) reload(ctx *fasthttp.RequestCtx) {
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx.SetContentType("application/json")
+	if err := a.cfg.Reload(rctx); err != nil {
+		ctx.SetStatusCode(http.StatusInternalServerError)
+		body, _ := json.Marshal(map[string]string{"result": "error", "message": err.Error()})
+		ctx.SetBody(body)
+		return
+	}
+	ctx.SetBodyString(`{"result":"ok"}`)
 }

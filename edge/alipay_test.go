@@ -28,7 +28,7 @@ func alipaySigner() (*channeltest.AlipaySigner, *channeltest.AlipaySigner) {
 func alipayChannel(t testing.TB, s *channeltest.AlipaySigner) channel.Channel {
 	t.Helper()
 	ch, err := channel.NewAlipay(channel.AlipayConfig{Name: "ali", PublicKeys: []*rsa.PublicKey{&s.Key.PublicKey},
-		AppID: "2021000000000001", SellerID: "2088000000000001"})
+		AppIDs: []string{"2021000000000001"}, SellerID: "2088000000000001"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func putExchange(x *exchange) {
 // channel → authenticity and body (the adapter) → durable → answer.
 // start is when the request had been read; the budget runs from it.
 func (s *Server) decide(start time.Time, x *exchange) {
-	ch, ok := s.channels[string(x.req.Channel)]
+	ch, ok := (*s.channels.Load())[string(x.req.Channel)]
 	if !ok {
 		s.fail(x, OutcomeUnknownChannel, "", "")
 		return

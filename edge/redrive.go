@@ -20,7 +20,7 @@ var ErrNoChannel = errors.New("edge: channel not configured")
 // by an operator who fixed the cause. The cache is left alone: a re-driven
 // result reaches it with the next duplicate, through Postgres.
 func (s *Server) Redrive(ctx context.Context, channelName string, body []byte) (channel.Verdict, Outcome, error) {
-	ch, ok := s.channels[channelName]
+	ch, ok := (*s.channels.Load())[channelName]
 	if !ok {
 		return channel.Verdict{}, OutcomeUnknownChannel, fmt.Errorf("redrive: %w: %s", ErrNoChannel, channelName)
 	}

@@ -51,7 +51,7 @@ type Config struct {
 
 // Server is the public callback endpoint.
 type Server struct {
-	channels      map[string]channel.Channel
+	channels      atomic.Pointer[map[string]channel.Channel] // swapped whole by SetChannels
 	authority     Authority
 	cache         Cache
 	budget        time.Duration
@@ -69,6 +69,21 @@ type Server struct {
 	bounded       bool          // the authority returns by its deadline (deadlineBound)
 }
 
+// SetChannels replaces the channel set at once (a credentials reload): a
+// request reads the set once, so it sees the old one or the new one, never
+// a mix; requests in flight finish with the set they started with.
+func (s *Server) SetChannels(chs []channel.Channel) error {
+	set := make(map[string]channel.Channel, len(chs))
+	for _, ch := range chs {
+		if _, dup := set[ch.Name()]; dup {
+			return fmt.Errorf("edge: channel %s configured twice", ch.Name())
+		}
+		set[ch.Name()] = ch
+	}
+	s.channels.Store(&set)
+	return nil
+}
+
 // New returns a Server for cfg.
 func New(cfg Config) (*Server, error) {
 	if cfg.Authority == nil {
@@ -78,7 +93,6 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("edge: no channel configured")
 	}
 	s := &Server{
-		channels:  make(map[string]channel.Channel, len(cfg.Channels)),
 		authority: cfg.Authority,
 		cache:     cfg.Cache,
 		budget:    cmp.Or(cfg.Budget, 200*time.Millisecond),
@@ -92,11 +106,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	names := make([]string, 0, len(cfg.Channels))
 	for _, ch := range cfg.Channels {
-		if _, dup := s.channels[ch.Name()]; dup {
-			return nil, fmt.Errorf("edge: channel %s configured twice", ch.Name())
-		}
-		s.channels[ch.Name()] = ch
 		names = append(names, ch.Name())
+	}
+	if err := s.SetChannels(cfg.Channels); err != nil {
+		return nil, err
 	}
 	s.metrics = cfg.Metrics
 	if s.metrics == nil {

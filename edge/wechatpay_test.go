@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"crypto/rsa"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -30,7 +31,7 @@ func wechatSigner(t testing.TB) (*channeltest.WeChatPaySigner, *channeltest.WeCh
 func wechatChannel(t testing.TB, s *channeltest.WeChatPaySigner) channel.Channel {
 	t.Helper()
 	ch, err := channel.NewWeChatPay(channel.WeChatPayConfig{Name: "wx", APIv3Key: s.APIv3Key,
-		PlatformKeys: map[string]*rsa.PublicKey{s.Serial: &s.PlatformKey.PublicKey}, MchID: "1900000109", AppID: "wxd678efh567hg6787"})
+		PlatformKeys: map[string]*rsa.PublicKey{s.Serial: &s.PlatformKey.PublicKey}, MchID: "1900000109", AppIDs: []string{"wxd678efh567hg6787"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,5 +171,47 @@ func TestWeChatPay(t *testing.T) {
 	h, body = notify(signer, "REFUND.SUCCESS", refund, now)
 	if got := b.sendWx(t, h, body); got.status != 409 || !strings.HasPrefix(got.body, `{"code":"FAIL"`) {
 		t.Errorf("premature refund: %+v", got)
+	}
+}
+
+// Several app ids share one mchid; a platform certificate past its
+// NotAfter verifies nothing.
+func TestWeChatPayAppIDsAndExpiry(t *testing.T) {
+	signer, _ := wechatSigner(t)
+	now := time.Now()
+	ch, err := channel.NewWeChatPay(channel.WeChatPayConfig{Name: "wx", APIv3Key: signer.APIv3Key,
+		PlatformKeys: map[string]*rsa.PublicKey{signer.Serial: &signer.PlatformKey.PublicKey},
+		NotAfter:     map[string]time.Time{signer.Serial: now.Add(time.Hour)},
+		MchID:        "1900000109", AppIDs: []string{"wxd678efh567hg6787", "wx_miniprogram_01"},
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{channels: []channel.Channel{ch}})
+	for i, appid := range []string{"wxd678efh567hg6787", "wx_miniprogram_01", "wx_someone_else"} {
+		o := fmt.Sprintf("WXA-%d", i)
+		b.order(t, o, durable.PendingPay, 100)
+		res := wxTransaction(fmt.Sprintf("42000011%02d", i), o, 100)
+		res["appid"] = appid
+		h, body, err := signer.Notify("TRANSACTION.SUCCESS", res, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := b.sendWx(t, h, body)
+		if want := map[bool]int{true: 200, false: 422}[i < 2]; r.status != want {
+			t.Errorf("appid %s: %d, want %d", appid, r.status, want)
+		}
+	}
+	expired, err := channel.NewWeChatPay(channel.WeChatPayConfig{Name: "wx", APIv3Key: signer.APIv3Key,
+		PlatformKeys: map[string]*rsa.PublicKey{signer.Serial: &signer.PlatformKey.PublicKey},
+		NotAfter:     map[string]time.Time{signer.Serial: now.Add(-time.Second)}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := setup(t, options{channels: []channel.Channel{expired}, dbURL: b.dbURL})
+	e.order(t, "WXA-X", durable.PendingPay, 100)
+	h, body, _ := signer.Notify("TRANSACTION.SUCCESS", wxTransaction("4200001199", "WXA-X", 100), now)
+	if r := e.sendWx(t, h, body); r.status != 401 {
+		t.Errorf("signed by an expired certificate: %d, want 401", r.status)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,9 +62,13 @@ type Config struct {
 // ChannelConfig is one channel from EDGE_SECRET_<NAME> (or
 // EDGE_SECRETFILE_<NAME>) and EDGE_CHANNEL_<NAME>_*.
 type ChannelConfig struct {
-	Name    string
-	Kind    string
-	Secrets []string
+	Name string
+	Kind string
+	// Secrets are the secret's white-space separated parts; Secret is it
+	// whole (PEM keys span lines), and SecretVar the variable it came from.
+	Secrets   []string
+	Secret    string
+	SecretVar string
 	// Vars are the adapter's own EDGE_CHANNEL_<NAME>_* variables, by the
 	// part after the prefix (e.g. "MCHID").
 	Vars map[string]string
@@ -71,12 +76,7 @@ type ChannelConfig struct {
 
 // ParseConfig reads args (without the program name) and env ("K=V" pairs).
 func ParseConfig(args, env []string) (Config, error) {
-	vars := map[string]string{}
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			vars[k] = v
-		}
-	}
+	vars := envVars(env)
 	get := func(k, def string) string {
 		if v, ok := vars[k]; ok && v != "" {
 			return v
@@ -203,9 +203,20 @@ func parseSize(s string) (int, error) {
 	return 0, fmt.Errorf("%q is not a size such as 64KiB", s)
 }
 
+// envVars maps "K=V" pairs.
+func envVars(env []string) map[string]string {
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	return vars
+}
+
 // parseChannels finds EDGE_SECRET_<NAME> and EDGE_SECRETFILE_<NAME>.
 func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
-	secrets := map[string]string{}
+	secrets, from := map[string]string{}, map[string]string{}
 	for k, v := range vars {
 		if name, ok := strings.CutPrefix(k, "EDGE_SECRETFILE_"); ok {
 			b, err := os.ReadFile(v)
@@ -215,9 +226,9 @@ func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
 			if _, dup := vars["EDGE_SECRET_"+name]; dup {
 				return nil, fmt.Errorf("channel %s: set EDGE_SECRET_%s or EDGE_SECRETFILE_%s, not both", strings.ToLower(name), name, name)
 			}
-			secrets[name] = string(b)
+			secrets[name], from[name] = string(b), k
 		} else if name, ok := strings.CutPrefix(k, "EDGE_SECRET_"); ok {
-			secrets[name] = v
+			secrets[name], from[name] = v, k
 		}
 	}
 	var out []ChannelConfig
@@ -226,7 +237,8 @@ func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
 		if !channel.ValidChannelName(name) || strings.ToUpper(name) != upper {
 			return nil, fmt.Errorf("EDGE_SECRET_%s: channel names are [a-z0-9_]{1,32}", upper)
 		}
-		cc := ChannelConfig{Name: name, Kind: vars["EDGE_CHANNEL_"+upper+"_KIND"], Secrets: strings.Fields(list)}
+		cc := ChannelConfig{Name: name, Kind: vars["EDGE_CHANNEL_"+upper+"_KIND"], Secrets: strings.Fields(list),
+			Secret: list, SecretVar: from[upper]}
 		prefix := "EDGE_CHANNEL_" + upper + "_"
 		for k, v := range vars {
 			if rest, ok := strings.CutPrefix(k, prefix); ok && rest != "KIND" {
@@ -248,41 +260,106 @@ func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
 	return out, nil
 }
 
-// newChannel builds the adapter of a configured channel.
-func newChannel(cc ChannelConfig) (channel.Channel, error) {
+// newChannel builds the adapter of a configured channel, and returns the
+// keys of it that came as certificates (their expiry is watched).
+func newChannel(cc ChannelConfig) (channel.Channel, []channel.PublicKey, error) {
 	env := func(k string) string { return "EDGE_CHANNEL_" + strings.ToUpper(cc.Name) + "_" + k }
 	switch cc.Kind {
 	case "generic":
 		if len(cc.Vars) > 0 {
-			return nil, fmt.Errorf("channel %s: a generic channel takes no EDGE_CHANNEL_%s_* variables", cc.Name, strings.ToUpper(cc.Name))
+			return nil, nil, fmt.Errorf("channel %s: a generic channel takes no EDGE_CHANNEL_%s_* variables", cc.Name, strings.ToUpper(cc.Name))
 		}
-		return channel.NewGeneric(channel.GenericConfig{Name: cc.Name, Secrets: cc.Secrets})
+		ch, err := channel.NewGeneric(channel.GenericConfig{Name: cc.Name, Secrets: cc.Secrets})
+		return ch, nil, err
 	case "wechatpay":
 		if len(cc.Secrets) != 1 {
-			return nil, fmt.Errorf("channel %s: EDGE_SECRET_%s is the one APIv3 key", cc.Name, strings.ToUpper(cc.Name))
+			return nil, nil, fmt.Errorf("channel %s: %s is the one APIv3 key", cc.Name, cc.SecretVar)
 		}
-		keys := map[string]*rsa.PublicKey{}
-		for _, entry := range strings.Fields(cc.Vars["PLATFORM_KEYS"]) {
-			serial, b64, ok := strings.Cut(entry, "=")
-			k, err := channel.ParseRSAPublicKey(b64)
-			if !ok || err != nil {
-				return nil, fmt.Errorf("channel %s: %s: want SERIAL=<base64 DER public key> entries", cc.Name, env("PLATFORM_KEYS"))
+		keys, err := platformKeys(cc, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		byserial, notAfter := map[string]*rsa.PublicKey{}, map[string]time.Time{}
+		var certs []channel.PublicKey
+		for _, k := range keys {
+			byserial[k.Serial] = k.Key
+			if !k.NotAfter.IsZero() {
+				notAfter[k.Serial] = k.NotAfter
+				certs = append(certs, k)
 			}
-			keys[serial] = k
 		}
-		return channel.NewWeChatPay(channel.WeChatPayConfig{Name: cc.Name, APIv3Key: cc.Secrets[0], PlatformKeys: keys,
-			MchID: cc.Vars["MCHID"], AppID: cc.Vars["APPID"]})
+		ch, err := channel.NewWeChatPay(channel.WeChatPayConfig{Name: cc.Name, APIv3Key: cc.Secrets[0], PlatformKeys: byserial,
+			NotAfter: notAfter, MchID: cc.Vars["MCHID"], AppIDs: strings.Fields(cc.Vars["APPID"])})
+		return ch, certs, err
 	case "alipay":
-		var keys []*rsa.PublicKey
-		for i, s := range cc.Secrets {
-			k, err := channel.ParseRSAPublicKey(s)
-			if err != nil {
-				return nil, fmt.Errorf("channel %s: Alipay public key %d in EDGE_SECRET_%s: %w", cc.Name, i+1, strings.ToUpper(cc.Name), err)
-			}
-			keys = append(keys, k)
+		keys, err := channel.ParsePublicKeyFile([]byte(cc.Secret))
+		if err != nil {
+			return nil, nil, fmt.Errorf("channel %s: %s: %w", cc.Name, cc.SecretVar, err)
 		}
-		return channel.NewAlipay(channel.AlipayConfig{Name: cc.Name, PublicKeys: keys, AppID: cc.Vars["APP_ID"], SellerID: cc.Vars["SELLER_ID"]})
+		var pub []*rsa.PublicKey
+		var notAfter []time.Time
+		var certs []channel.PublicKey
+		for _, k := range keys {
+			pub, notAfter = append(pub, k.Key), append(notAfter, k.NotAfter)
+			if !k.NotAfter.IsZero() {
+				certs = append(certs, k)
+			}
+		}
+		ch, err := channel.NewAlipay(channel.AlipayConfig{Name: cc.Name, PublicKeys: pub, NotAfter: notAfter,
+			AppIDs: strings.Fields(cc.Vars["APP_ID"]), SellerID: cc.Vars["SELLER_ID"]})
+		return ch, certs, err
 	}
-	return nil, fmt.Errorf("channel %s: unknown kind %q (%s): generic, wechatpay or alipay",
+	return nil, nil, fmt.Errorf("channel %s: unknown kind %q (%s): generic, wechatpay or alipay",
 		cc.Name, cc.Kind, env("KIND"))
+}
+
+// platformKeys reads WeChat Pay's platform keys: EDGE_CHANNEL_<C>_PLATFORM_KEYS
+// (SERIAL=<key> entries and bare certificates, whose serial is their own)
+// and EDGE_CHANNEL_<C>_PLATFORM_KEYS_FILE (a file, or a directory of .pem,
+// .crt, .cer and .der files; a key without a serial takes its file's name).
+func platformKeys(cc ChannelConfig, env func(string) string) ([]channel.PublicKey, error) {
+	var keys []channel.PublicKey
+	if v := cc.Vars["PLATFORM_KEYS"]; strings.TrimSpace(v) != "" {
+		ks, err := channel.ParsePublicKeys(v)
+		if err != nil {
+			return nil, fmt.Errorf("channel %s: %s: %w", cc.Name, env("PLATFORM_KEYS"), err)
+		}
+		for i, k := range ks {
+			if k.Serial == "" {
+				return nil, fmt.Errorf("channel %s: %s: entry %d: a public key needs SERIAL= before it", cc.Name, env("PLATFORM_KEYS"), i+1)
+			}
+		}
+		keys = append(keys, ks...)
+	}
+	if path := cc.Vars["PLATFORM_KEYS_FILE"]; path != "" {
+		files := []string{path}
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			files = nil
+			for _, pat := range []string{"*.pem", "*.crt", "*.cer", "*.der"} {
+				m, _ := filepath.Glob(filepath.Join(path, pat))
+				files = append(files, m...)
+			}
+			sort.Strings(files)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, fmt.Errorf("channel %s: %s: %w", cc.Name, env("PLATFORM_KEYS_FILE"), err)
+			}
+			ks, err := channel.ParsePublicKeyFile(b)
+			if err != nil {
+				return nil, fmt.Errorf("channel %s: %s: %s: %w", cc.Name, env("PLATFORM_KEYS_FILE"), filepath.Base(f), err)
+			}
+			for i := range ks {
+				if ks[i].Serial == "" {
+					ks[i].Serial = strings.TrimSuffix(filepath.Base(f), filepath.Ext(f))
+				}
+			}
+			keys = append(keys, ks...)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("channel %s: no platform key: set %s or %s", cc.Name, env("PLATFORM_KEYS"), env("PLATFORM_KEYS_FILE"))
+	}
+	return keys, nil
 }

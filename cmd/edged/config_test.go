@@ -27,7 +27,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		Budget: 200 * time.Millisecond, MaxBody: 64 << 10, ResultTTL: 24 * time.Hour, Drain: 10 * time.Second, Relay: true, GroupCommit: true,
 		IdleTimeout: 5 * time.Second, MaxConnsPerIP: 256, DrainDelay: 5 * time.Second, StartTimeout: time.Minute,
 		ClaimRetention: 168 * time.Hour, OutboxRetention: 168 * time.Hour, ReviewRetention: 2160 * time.Hour,
-		Channels: []ChannelConfig{{Name: "acme", Kind: "generic", Secrets: []string{secret}}}}
+		Channels: []ChannelConfig{{Name: "acme", Kind: "generic", Secrets: []string{secret}, Secret: secret, SecretVar: "EDGE_SECRET_ACME"}}}
 	if d := cmp.Diff(want, c); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
@@ -46,7 +46,8 @@ func TestParseConfigFlagsOverrideEnv(t *testing.T) {
 	if c.Budget != 150*time.Millisecond || c.MaxBody != 1<<20 || c.Listen != ":9999" || c.Relay || c.AdminToken != "tok" {
 		t.Errorf("got %+v", c)
 	}
-	if d := cmp.Diff([]ChannelConfig{{Name: "pay_2", Kind: "generic", Secrets: []string{secret, "whsec_b2xk"}}}, c.Channels); d != "" {
+	if d := cmp.Diff([]ChannelConfig{{Name: "pay_2", Kind: "generic", Secrets: []string{secret, "whsec_b2xk"},
+		Secret: secret + " whsec_b2xk\n", SecretVar: "EDGE_SECRETFILE_PAY_2"}}, c.Channels); d != "" {
 		t.Errorf("channels (-want +got):\n%s", d)
 	}
 }
@@ -72,7 +73,7 @@ func TestParseConfigErrors(t *testing.T) {
 	bad([]string{db, acme, "EDGE_CLAIM_RETENTION=a week"}, nil, "claim-retention")
 	bad([]string{db, acme}, []string{"-outbox-retention", "0s"}, "outbox-retention")
 	bad([]string{db, acme, "EDGE_REVIEW_RETENTION=-1h"}, nil, "review-retention")
-	if _, err := newChannel(ChannelConfig{Name: "acme", Kind: "telegraph", Secrets: []string{secret}}); err == nil ||
+	if _, _, err := newChannel(ChannelConfig{Name: "acme", Kind: "telegraph", Secrets: []string{secret}}); err == nil ||
 		!strings.Contains(err.Error(), "EDGE_CHANNEL_ACME_KIND") {
 		t.Errorf("unknown kind: %v", err)
 	}
@@ -133,7 +134,7 @@ func TestRealChannelKinds(t *testing.T) {
 	}
 	kinds := map[string]string{}
 	for _, cc := range c.Channels {
-		ch, err := newChannel(cc)
+		ch, _, err := newChannel(cc)
 		if err != nil {
 			t.Fatalf("%s: %v", cc.Name, err)
 		}
@@ -147,7 +148,7 @@ func TestRealChannelKinds(t *testing.T) {
 		t.Errorf("channels built: %v, want %v", kinds, want)
 	}
 	bad := ChannelConfig{Name: "wx", Kind: "wechatpay", Secrets: []string{wx.APIv3Key}, Vars: map[string]string{"PLATFORM_KEYS": "nokey"}}
-	if _, err := newChannel(bad); err == nil || !strings.Contains(err.Error(), "EDGE_CHANNEL_WX_PLATFORM_KEYS") {
+	if _, _, err := newChannel(bad); err == nil || !strings.Contains(err.Error(), "EDGE_CHANNEL_WX_PLATFORM_KEYS") {
 		t.Errorf("bad platform keys: %v", err)
 	}
 }

@@ -29,7 +29,6 @@ import (
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge"
-	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 func main() {
@@ -71,6 +70,9 @@ func main() {
 // tests run it in-process.
 type Main struct {
 	Config Config
+	// Env is the environment a credential reload reads the channel
+	// variables from (nil: the process's, as at start).
+	Env []string
 	// Stdout receives the dev-mode banner (the ready curl); logs go to Logger.
 	Stdout io.Writer
 	Logger *slog.Logger
@@ -140,17 +142,19 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	channels := make([]channel.Channel, 0, len(cfg.Channels))
 	names := make([]string, 0, len(cfg.Channels))
 	for _, cc := range cfg.Channels {
-		ch, err := newChannel(cc)
-		if err != nil {
-			return err
-		}
-		channels = append(channels, ch)
 		names = append(names, cc.Name)
 	}
 	metrics := edge.NewMetrics(names)
+	creds, err := newCredentials(m, metrics.Registry)
+	if err != nil {
+		return err
+	}
+	channels, err := creds.build(cfg.Channels)
+	if err != nil {
+		return err
+	}
 	metrics.RegisterBacklog(&m.lazy)
 	m.lazy.bounded = cfg.GroupCommit
 	metrics.Registry.MustRegister(groupCollector{lazy: &m.lazy})
@@ -191,11 +195,13 @@ func (m *Main) Run(ctx context.Context) error {
 		RedisState:  redisState,
 		RelayState:  func() string { return m.relayState.Load().(string) },
 		CacheEpoch:  &m.lazy,
+		Reload:      creds.Reload,
 		Logger:      m.Logger,
 	})
 	if err != nil {
 		return err
 	}
+	creds.onSIGHUP(ctx)
 	if m.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 		return fmt.Errorf("admin listen: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 func TestOptions(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
-	const secret = "whsec_c2VjcmV0LWtleS1tYXRlcmlhbA=="
+	const secret = "whsec_c2VjcmV0LWtleS1tYXRlcmlhbC1mb3ItdGVzdHM="
 	base := map[string]string{
 		"EDGE_STREAM_URL": "redis://127.0.0.1:1/0", "FORWARD_URL": "https://user:pw@example.test/hook",
 		"FORWARD_SECRET": secret, "FORWARD_MAX_AGE": "2h", "FORWARD_GROUP": "g1", "FORWARD_PARTITIONS": "3",

@@ -7,8 +7,10 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // The Alipay asynchronous notification channel: an
@@ -23,9 +25,17 @@ type AlipayConfig struct {
 	Name string
 	// PublicKeys are Alipay's public keys (several during a rotation).
 	PublicKeys []*rsa.PublicKey
-	// AppID and SellerID are this merchant's; a notification for others is
-	// a MERCHANT_MISMATCH review case. Empty: not checked.
-	AppID, SellerID string
+	// NotAfter, when set, is the expiry of each of PublicKeys that came as
+	// a certificate (zero: a bare key): a signature only such a key
+	// verifies, past it, is refused.
+	NotAfter []time.Time
+	// AppIDs and SellerID are this merchant's (several apps may share one
+	// seller id); a notification for others is a MERCHANT_MISMATCH review
+	// case. Empty: not checked.
+	AppIDs   []string
+	SellerID string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
 }
 
 // Alipay is the Alipay channel.
@@ -40,6 +50,9 @@ func NewAlipay(cfg AlipayConfig) (*Alipay, error) {
 	}
 	if len(cfg.PublicKeys) == 0 {
 		return nil, fmt.Errorf("channel %s: no Alipay public key", cfg.Name)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	return &Alipay{cfg: cfg}, nil
 }
@@ -65,7 +78,10 @@ func (a *Alipay) Parse(req *Request, d *Delivery) *Reject {
 	}
 	sum := sha256.Sum256([]byte(AlipaySignedContent(form)))
 	verified := false
-	for _, k := range a.cfg.PublicKeys {
+	for i, k := range a.cfg.PublicKeys {
+		if i < len(a.cfg.NotAfter) && !a.cfg.NotAfter[i].IsZero() && a.cfg.Now().After(a.cfg.NotAfter[i]) {
+			continue // an expired certificate verifies nothing
+		}
 		if rsa.VerifyPKCS1v15(k, crypto.SHA256, sum[:], sig) == nil {
 			verified = true
 			break
@@ -148,7 +164,7 @@ func (a *Alipay) mapForm(form url.Values, d *Delivery) *Reject {
 	}
 	d.Amount = amount
 	d.Finish(a.cfg.Name)
-	if (a.cfg.AppID != "" && get("app_id") != a.cfg.AppID) || (a.cfg.SellerID != "" && get("seller_id") != a.cfg.SellerID) {
+	if (len(a.cfg.AppIDs) > 0 && !slices.Contains(a.cfg.AppIDs, get("app_id"))) || (a.cfg.SellerID != "" && get("seller_id") != a.cfg.SellerID) {
 		return &Reject{Kind: MerchantMismatch, Message: "app_id or seller_id is not this channel's: held for review"}
 	}
 	return nil

@@ -11,11 +11,7 @@ import (
 	"bytes"
 	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -279,26 +275,16 @@ var (
 	eventTradeClosed   = []byte("TRADE_CLOSED")
 )
 
-// ParseRSAPublicKey reads a public key given as base64 DER (PKIX or PKCS#1)
-// or PEM: the forms WeChat's and Alipay's consoles hand out.
+// ParseRSAPublicKey reads one key in any form ParsePublicKeys takes.
 func ParseRSAPublicKey(s string) (*rsa.PublicKey, error) {
-	if block, _ := pem.Decode([]byte(s)); block != nil {
-		s = base64.StdEncoding.EncodeToString(block.Bytes)
-	}
-	der, err := base64.StdEncoding.DecodeString(s)
+	keys, err := ParsePublicKeys(s)
 	if err != nil {
-		return nil, errors.New("public key: not base64 DER")
+		return nil, err
 	}
-	if k, err := x509.ParsePKIXPublicKey(der); err == nil {
-		if rk, ok := k.(*rsa.PublicKey); ok {
-			return rk, nil
-		}
-		return nil, errors.New("public key: not RSA")
+	if len(keys) != 1 {
+		return nil, fmt.Errorf("%d keys, want one", len(keys))
 	}
-	if k, err := x509.ParsePKCS1PublicKey(der); err == nil {
-		return k, nil
-	}
-	return nil, errors.New("public key: neither PKIX nor PKCS#1")
+	return keys[0].Key, nil
 }
 
 // printable renders a field name for a message (field names are the

@@ -32,7 +32,7 @@ func channels(tb testing.TB) (*channeltest.WeChatPaySigner, *channel.WeChatPay, 
 		testKeys.wxChan, _ = channel.NewWeChatPay(channel.WeChatPayConfig{Name: "wx", APIv3Key: testKeys.wx.APIv3Key,
 			PlatformKeys: map[string]*rsa.PublicKey{testKeys.wx.Serial: &testKeys.wx.PlatformKey.PublicKey},
 			MchID:        "1900000109", Now: func() time.Time { return testKeys.now }})
-		testKeys.aliCh, _ = channel.NewAlipay(channel.AlipayConfig{Name: "ali", PublicKeys: []*rsa.PublicKey{&testKeys.ali.Key.PublicKey}, AppID: "2021"})
+		testKeys.aliCh, _ = channel.NewAlipay(channel.AlipayConfig{Name: "ali", PublicKeys: []*rsa.PublicKey{&testKeys.ali.Key.PublicKey}, AppIDs: []string{"2021"}})
 	})
 	return testKeys.wx, testKeys.wxChan, testKeys.ali, testKeys.aliCh, testKeys.now
 }

@@ -77,15 +77,22 @@ func NewGeneric(cfg GenericConfig) (*Generic, error) {
 // Name returns the channel name.
 func (g *Generic) Name() string { return g.name }
 
-// DecodeWebhookSecret returns the key of a "whsec_<base64>" secret.
+// minSecretBytes is the shortest key a secret may decode to: 24 bytes
+// (192 bits), the Standard Webhooks libraries' own floor for generated
+// secrets.
+const minSecretBytes = 24
+
+// DecodeWebhookSecret returns the key of a Standard Webhooks secret,
+// "whsec_<base64>" or the bare base64 (both reference libraries take
+// either).
 func DecodeWebhookSecret(s string) ([]byte, error) {
-	b64, ok := strings.CutPrefix(s, "whsec_")
-	if !ok {
-		return nil, fmt.Errorf("%w: missing whsec_ prefix", ErrBadSecret)
-	}
+	b64 := strings.TrimPrefix(s, "whsec_")
 	key, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil || len(key) == 0 {
-		return nil, fmt.Errorf("%w: not base64", ErrBadSecret)
+		return nil, fmt.Errorf("%w: not base64 (with or without whsec_)", ErrBadSecret)
+	}
+	if len(key) < minSecretBytes {
+		return nil, fmt.Errorf("%w: %d bytes once decoded, at least %d", ErrBadSecret, len(key), minSecretBytes)
 	}
 	return key, nil
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -30,9 +31,14 @@ type WeChatPayConfig struct {
 	// PlatformKeys are WeChat's platform public keys by serial
 	// (Wechatpay-Serial); several at once during a rotation.
 	PlatformKeys map[string]*rsa.PublicKey
-	// MchID and AppID are this merchant's ids; a notification for others is
-	// a MERCHANT_MISMATCH review case. Empty: not checked.
-	MchID, AppID string
+	// NotAfter is the expiry of the keys that came as certificates, by
+	// serial: a signature by one past it is refused like an unknown serial.
+	NotAfter map[string]time.Time
+	// MchID is this merchant's id and AppIDs its apps' (a mini program, an
+	// app and an official account may share one mchid); a notification for
+	// others is a MERCHANT_MISMATCH review case. Empty: not checked.
+	MchID  string
+	AppIDs []string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -131,6 +137,9 @@ func (w *WeChatPay) Parse(req *Request, d *Delivery) *Reject {
 	key, ok := w.cfg.PlatformKeys[string(serial)]
 	if !ok {
 		return unauthorized("unknown Wechatpay-Serial")
+	}
+	if na, ok := w.cfg.NotAfter[string(serial)]; ok && w.cfg.Now().After(na) {
+		return unauthorized("Wechatpay-Serial: the platform certificate has expired")
 	}
 	h := sha256.New()
 	for _, part := range [][]byte{ts, newline, nonce, newline, req.Body, newline} {
@@ -241,7 +250,7 @@ func (w *WeChatPay) mapResource(body []byte, eventType string, plain []byte, d *
 	d.ReviewBody = reviewBody(body, plain)
 	d.Amount = *amount
 	d.Finish(w.cfg.Name)
-	if (w.cfg.MchID != "" && r.MchID != w.cfg.MchID) || (w.cfg.AppID != "" && r.AppID != "" && r.AppID != w.cfg.AppID) {
+	if (w.cfg.MchID != "" && r.MchID != w.cfg.MchID) || (len(w.cfg.AppIDs) > 0 && r.AppID != "" && !slices.Contains(w.cfg.AppIDs, r.AppID)) {
 		return &Reject{Kind: MerchantMismatch, Message: "mchid or appid is not this channel's: held for review"}
 	}
 	return nil

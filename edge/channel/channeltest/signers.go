@@ -12,9 +12,11 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"net/url"
 	"strconv"
 	"strings"
@@ -39,7 +41,21 @@ func NewWeChatPaySigner() (*WeChatPaySigner, error) {
 	}
 	key := make([]byte, 16)
 	rand.Read(key)
+	key[0] |= 0x10 // no leading zero: the serial reads the same as a certificate's number
 	return &WeChatPaySigner{PlatformKey: k, Serial: fmt.Sprintf("%X", key[:8]), APIv3Key: fmt.Sprintf("%x", key)}, nil
+}
+
+// Certificate is a self-signed X.509 certificate (DER) of the platform key,
+// its serial number Serial, valid until notAfter: the wechatpay_<serial>.pem
+// merchants download, as DER.
+func (s *WeChatPaySigner) Certificate(notAfter time.Time) ([]byte, error) {
+	serial, ok := new(big.Int).SetString(s.Serial, 16)
+	if !ok {
+		return nil, fmt.Errorf("serial %q is not hex", s.Serial)
+	}
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: "Tenpay.com Root CA"},
+		NotBefore: notAfter.Add(-5 * 365 * 24 * time.Hour), NotAfter: notAfter}
+	return x509.CreateCertificate(rand.Reader, tmpl, tmpl, &s.PlatformKey.PublicKey, s.PlatformKey)
 }
 
 // PublicKeyBase64 is the platform public key as base64 DER (PKIX), the form
