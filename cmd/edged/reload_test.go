@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
+)
+
+// rotation is the load of TestReloadRotatesUnderLoad: a generic channel's
+// and a WeChat Pay channel's callbacks, each signed with the credential in
+// use at the moment, every answer counted.
+type rotation struct {
+	addr      string
+	generic   atomic.Pointer[string]                      // the secret callbacks are signed with
+	wechat    atomic.Pointer[channeltest.WeChatPaySigner] // the platform key they are signed with
+	seq       atomic.Int64
+	sent, bad atomic.Int64
+	firstBad  atomic.Pointer[string]
+}
+
+func (r *rotation) send(client *http.Client) {
+	n := r.seq.Add(1)
+	order := fmt.Sprintf("R-%06d", n%2000)
+	var req *http.Request
+	if n%2 == 0 {
+		secret := *r.generic.Load()
+		body := fmt.Sprintf(`{"channel_txn_id":"G%d","event_type":"PAY_SUCCESS","order_no":%q,"amount":5,"currency":"CNY"}`, n, order)
+		now := time.Now().Unix()
+		sig, _ := channel.SignWebhook(secret, fmt.Sprint("m", n), now, []byte(body))
+		req, _ = http.NewRequest("POST", "http://"+r.addr+"/notify/acme", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("webhook-id", fmt.Sprint("m", n))
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(now, 10))
+		req.Header.Set("webhook-signature", sig)
+	} else {
+		s := r.wechat.Load()
+		h, body, _ := s.Notify("TRANSACTION.SUCCESS", map[string]any{"mchid": "1900000109", "appid": "wxd678efh567hg6787",
+			"out_trade_no": order, "transaction_id": fmt.Sprint("W", n), "trade_type": "JSAPI", "trade_state": "SUCCESS",
+			"amount": map[string]any{"total": 5, "payer_total": 5, "currency": "CNY", "payer_currency": "CNY"}}, time.Now())
+		req, _ = http.NewRequest("POST", "http://"+r.addr+"/notify/wx", strings.NewReader(string(body)))
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+	}
+	r.sent.Add(1)
+	resp, err := client.Do(req)
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	// 200 applied or skipped; 404 would be an unknown order (not seeded):
+	// every order is, so anything but 200 is a refusal.
+	if err != nil || resp.StatusCode != 200 {
+		r.bad.Add(1)
+		msg := fmt.Sprint(err)
+		if err == nil {
+			msg = resp.Status + " on " + req.URL.Path
+		}
+		r.firstBad.CompareAndSwap(nil, &msg)
+	}
+}
+
+// Credentials rotate without a restart: a Standard Webhooks secret file
+// and a WeChat Pay certificate directory change under load; between
+// reloads, old and new are both accepted while both are listed, then only
+// the new; no callback of the load is refused on the way. A reload that
+// fails keeps the old set and says why.
+func TestReloadRotatesUnderLoad(t *testing.T) {
+	dbURL := durabletest.NewDatabase(t)
+	var orders []durabletest.Order
+	for i := range 2000 {
+		orders = append(orders, durabletest.Order{No: fmt.Sprintf("R-%06d", i), Status: "PENDING_PAY", Amount: 5, Currency: "CNY"})
+	}
+	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	secretA := "whsec_" + base64.StdEncoding.EncodeToString([]byte("secret A, twenty-four bytes+"))
+	secretB := base64.StdEncoding.EncodeToString([]byte("secret B, without its prefix")) // bare: also a Standard Webhooks secret
+	secretFile, certDir := filepath.Join(dir, "acme.secret"), filepath.Join(dir, "wx-certs")
+	os.Mkdir(certDir, 0o700)
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, _ := channeltest.NewWeChatPaySigner()
+	fresh, _ := channeltest.NewWeChatPaySigner()
+	fresh.APIv3Key = old.APIv3Key // one merchant: one APIv3 key, two platform certificates
+	certFile := func(s *channeltest.WeChatPaySigner) string {
+		return filepath.Join(certDir, "wechatpay_"+s.Serial+".pem")
+	}
+	for _, s := range []*channeltest.WeChatPaySigner{old} {
+		der, err := s.Certificate(time.Now().Add(365 * 24 * time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(certFile(s), pemBlock("CERTIFICATE", der))
+	}
+	write(secretFile, secretA)
+	env := []string{"DATABASE_URL=" + dbURL, "EDGE_ADMIN_TOKEN=tok",
+		"EDGE_SECRETFILE_ACME=" + secretFile,
+		"EDGE_SECRET_WX=" + old.APIv3Key, "EDGE_CHANNEL_WX_KIND=wechatpay", "EDGE_CHANNEL_WX_PLATFORM_KEYS_FILE=" + certDir,
+		"EDGE_CHANNEL_WX_MCHID=1900000109"}
+	cfg, err := ParseConfig([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-budget", "2s"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMain(cfg)
+	m.Env = env
+	m.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	load := &rotation{addr: m.Addr()}
+	load.generic.Store(&secretA)
+	load.wechat.Store(old)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go load.run(&wg, stop)
+	}
+	reload := func(wantOK bool) string {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+m.AdminAddr()+"/reload", nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if (resp.StatusCode == 200) != wantOK {
+			t.Fatalf("reload: %d %s", resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	settle := func() { time.Sleep(200 * time.Millisecond) }
+	refused := func(secret string) bool { // a callback signed with secret alone
+		return sendOnce(t, m.Addr(), secret) == 401
+	}
+
+	settle()
+	// Add the new credentials beside the old ones: both are accepted.
+	write(secretFile, secretA+"\n"+secretB+"\n")
+	der, _ := fresh.Certificate(time.Now().Add(365 * 24 * time.Hour))
+	write(certFile(fresh), pemBlock("CERTIFICATE", der))
+	reload(true)
+	if refused(secretA) || refused(secretB) {
+		t.Fatal("while both secrets are listed, both must be accepted")
+	}
+	load.generic.Store(&secretB)
+	load.wechat.Store(fresh)
+	settle()
+	// Remove the old ones: only the new are accepted.
+	write(secretFile, secretB)
+	os.Remove(certFile(old))
+	reload(true)
+	if !refused(secretA) || refused(secretB) {
+		t.Fatal("after the old secret went, only the new one may be accepted")
+	}
+	if r := sendWxOnce(t, m.Addr(), old); r != 401 {
+		t.Fatalf("a callback signed by the removed certificate: %d, want 401", r)
+	}
+	// A broken file: the reload fails, the set in force stays.
+	write(secretFile, "not a secret")
+	if body := reload(false); !strings.Contains(body, "EDGE_SECRETFILE_ACME") && !strings.Contains(body, "channel acme") {
+		t.Errorf("failed reload's answer names neither the variable nor the channel: %s", body)
+	}
+	if refused(secretB) {
+		t.Fatal("a failed reload changed the set in force")
+	}
+	settle()
+	close(stop)
+	wg.Wait()
+	if load.bad.Load() > 0 {
+		t.Fatalf("%d of %d callbacks of the load refused during the rotation (first: %s)", load.bad.Load(), load.sent.Load(), *load.firstBad.Load())
+	}
+	page := scrape(t, "http://"+m.AdminAddr()+"/metrics")
+	if !strings.Contains(page, `notifyedge_config_reloads_total{result="ok"} 2`) || !strings.Contains(page, `notifyedge_config_reloads_total{result="error"} 1`) {
+		t.Errorf("reload counters:\n%s", grepLines(page, "config_reloads"))
+	}
+	if !strings.Contains(page, `notifyedge_channel_cert_not_after_seconds{channel="wx",serial="`+fresh.Serial+`"}`) ||
+		strings.Contains(page, `serial="`+old.Serial+`"`) {
+		t.Errorf("certificate gauge:\n%s", grepLines(page, "cert_not_after"))
+	}
+	t.Logf("%d callbacks through two rotations, none refused", load.sent.Load())
+}
+
+func (r *rotation) run(wg *sync.WaitGroup, stop <-chan struct{}) {
+	defer wg.Done()
+	client := &http.Client{Timeout: 10 * time.Second}
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+			r.send(client)
+		}
+	}
+}
+
+// sendOnce posts one generic callback signed with secret and returns the
+// status.
+func sendOnce(t *testing.T, addr, secret string) int {
+	t.Helper()
+	body := `{"channel_txn_id":"probe","event_type":"PAY_SUCCESS","order_no":"R-000001","amount":5,"currency":"CNY"}`
+	now := time.Now().Unix()
+	sig, err := channel.SignWebhook(secret, "probe", now, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/notify/acme", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", "probe")
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(now, 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// sendWxOnce posts one WeChat Pay callback signed by s.
+func sendWxOnce(t *testing.T, addr string, s *channeltest.WeChatPaySigner) int {
+	t.Helper()
+	h, body, err := s.Notify("TRANSACTION.SUCCESS", map[string]any{"mchid": "1900000109", "appid": "x",
+		"out_trade_no": "R-000001", "transaction_id": "Wprobe", "trade_type": "JSAPI", "trade_state": "SUCCESS",
+		"amount": map[string]any{"total": 5, "payer_total": 5, "currency": "CNY", "payer_currency": "CNY"}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/notify/wx", strings.NewReader(string(body)))
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// SIGHUP reloads like POST /reload: the edged binary, a secret file
+// rotated, then the signal.
+func TestSIGHUPReloads(t *testing.T) {
+	bin := buildEdged(t)
+	dbURL := durabletest.NewDatabase(t)
+	if err := durabletest.SeedOrders(context.Background(), dbURL, []durabletest.Order{
+		{No: "R-000001", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"}}); err != nil {
+		t.Fatal(err)
+	}
+	secretA := "whsec_" + base64.StdEncoding.EncodeToString([]byte("secret A, twenty-four bytes+"))
+	secretB := "whsec_" + base64.StdEncoding.EncodeToString([]byte("secret B, twenty-four bytes+"))
+	file := filepath.Join(t.TempDir(), "acme.secret")
+	os.WriteFile(file, []byte(secretA), 0o600)
+	p := runEdged(t, bin, nil, []string{"DATABASE_URL=" + dbURL, "EDGE_SECRETFILE_ACME=" + file})
+	if s := sendOnce(t, p.addr, secretA); s != 200 {
+		t.Fatalf("secret A before the rotation: %d", s)
+	}
+	os.WriteFile(file, []byte(secretB), 0o600)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for sendOnce(t, p.addr, secretB) != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("secret B not accepted 10 s after SIGHUP\n%s", p.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := sendOnce(t, p.addr, secretA); s != 401 {
+		t.Errorf("secret A after the rotation: %d, want 401", s)
+	}
+	if !strings.Contains(p.log(), `"msg":"credentials reloaded"`) {
+		t.Errorf("no reload line in the log:\n%s", p.log())
+	}
+}
