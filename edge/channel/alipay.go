@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // The Alipay asynchronous notification channel: an
@@ -170,12 +171,19 @@ func (a *Alipay) mapForm(form url.Values, d *Delivery) *Reject {
 	return nil
 }
 
-// AlipaySignedContent is what Alipay signs: every parameter but sign and
-// sign_type, empty ones left out, sorted, "k=v" joined by "&".
+// AlipaySignedContent is the content Alipay's signature of a notification
+// covers, built as Alipay's own SDK builds it when it checks one
+// (alipay-sdk-java, AlipaySignature.getSignCheckContentV1 behind
+// rsaCheckV1): sign and sign_type removed, every parameter whose key or
+// value is empty or white space only left out (StringUtils.areNotEmpty),
+// the keys sorted, "k=v" joined by "&", values as decoded from the form.
+// (go-pay/gopay leaves out only empty values; smartwalle/alipay keeps them:
+// on a notification with an empty parameter it would compute another
+// content than Alipay's.)
 func AlipaySignedContent(form url.Values) string {
 	keys := make([]string, 0, len(form))
 	for k, vs := range form {
-		if k != "sign" && k != "sign_type" && len(vs) > 0 && vs[0] != "" {
+		if k != "sign" && k != "sign_type" && !javaBlank(k) && len(vs) > 0 && !javaBlank(vs[0]) {
 			keys = append(keys, k)
 		}
 	}
@@ -190,6 +198,24 @@ func AlipaySignedContent(form url.Values) string {
 		b.WriteString(form.Get(k))
 	}
 	return b.String()
+}
+
+// javaBlank reports what the Java SDK's StringUtils.isEmpty reports: s is
+// empty or every character is Java white space (Character.isWhitespace:
+// the space separators but the no-break ones, and \t \n \v \f \r and
+// \x1c-\x1f).
+func javaBlank(s string) bool {
+	for _, r := range s {
+		switch {
+		case r == '\u00a0' || r == '\u2007' || r == '\u202f':
+			return false
+		case r >= '\t' && r <= '\r', r >= 0x1c && r <= 0x1f, unicode.IsSpace(r), unicode.Is(unicode.Zs, r),
+			r == '\u2028', r == '\u2029':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ParseYuan converts a decimal yuan amount ("19.99", "0.1", "5") to fen
