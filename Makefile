@@ -134,6 +134,9 @@ lint:
 	@deps=$$($(GO) list -deps ./cmd/edged) || exit 1; \
 	if grep -qx testing <<<"$$deps"; then \
 		echo "cmd/edged links package testing (a test helper reached the production binary): see 'go list -deps ./cmd/edged'"; exit 1; \
+	fi; \
+	if grep -E 'wechatpay-apiv3|go-pay/gopay|standard-webhooks' <<<"$$deps"; then \
+		echo "cmd/edged links a channel SDK: they are for the cross-check tests only"; exit 1; \
 	fi; echo "edged links no test code: ok"
 
 .PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-haproxy run build test demo bench-go bench-scale fuzz test-race bench lint
