@@ -21,18 +21,18 @@ type masterLookup interface {
 type nodeBreakers struct {
 	single  *breaker     // a single Redis (cluster is nil)
 	cluster masterLookup // nil for a single Redis
-	make    func(node string) *breaker
+	build   func(node string) *breaker
 
 	mu     sync.Mutex
 	byNode sync.Map // master address -> *breaker
 }
 
-func newNodeBreakers(c Client, make func(node string) *breaker) *nodeBreakers {
-	nb := &nodeBreakers{make: make}
+func newNodeBreakers(c Client, build func(node string) *breaker) *nodeBreakers {
+	nb := &nodeBreakers{build: build}
 	if ml, ok := c.(masterLookup); ok {
 		nb.cluster = ml
 	} else {
-		nb.single = make("")
+		nb.single = build("")
 	}
 	return nb
 }
@@ -61,7 +61,7 @@ func (nb *nodeBreakers) node(node string) *breaker {
 	if b, ok := nb.byNode.Load(node); ok {
 		return b.(*breaker)
 	}
-	b := nb.make(node)
+	b := nb.build(node)
 	nb.byNode.Store(node, b)
 	return b
 }
