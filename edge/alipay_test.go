@@ -2,10 +2,12 @@ package edge_test
 
 import (
 	"crypto/rsa"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/channel"
@@ -164,4 +166,39 @@ func TestParseYuan(t *testing.T) {
 	f("-1", 0, false)
 	f("", 0, false)
 	f("1 ", 0, false)
+}
+
+// Several app ids share one seller id; a certificate past its NotAfter
+// verifies nothing, while another key still may.
+func TestAlipayAppIDsAndExpiry(t *testing.T) {
+	ok, other := alipaySigner()
+	now := time.Now()
+	ch, err := channel.NewAlipay(channel.AlipayConfig{Name: "ali",
+		PublicKeys: []*rsa.PublicKey{&other.Key.PublicKey, &ok.Key.PublicKey},
+		NotAfter:   []time.Time{{}, now.Add(time.Hour)},
+		AppIDs:     []string{"2021000000000001", "2021000000000002"}, SellerID: "2088000000000001",
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{channels: []channel.Channel{ch}})
+	for i, app := range []string{"2021000000000001", "2021000000000002", "2021000000000003"} {
+		o := fmt.Sprintf("ALA-%d", i)
+		b.order(t, o, durable.PendingPay, 1999)
+		p := aliParams(fmt.Sprintf("20261203220100%02d", i), o, "19.99", "TRADE_SUCCESS")
+		p["app_id"] = app
+		if want, r := map[bool]int{true: 200, false: 422}[i < 2], b.sendAli(t, ok, p); r.status != want {
+			t.Errorf("app_id %s: %d, want %d", app, r.status, want)
+		}
+	}
+	expired, err := channel.NewAlipay(channel.AlipayConfig{Name: "ali", PublicKeys: []*rsa.PublicKey{&ok.Key.PublicKey},
+		NotAfter: []time.Time{now.Add(-time.Second)}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := setup(t, options{channels: []channel.Channel{expired}, dbURL: b.dbURL})
+	e.order(t, "ALA-X", durable.PendingPay, 1999)
+	if r := e.sendAli(t, ok, aliParams("2026120322010099", "ALA-X", "19.99", "TRADE_SUCCESS")); r.status != 401 {
+		t.Errorf("signed by a key whose certificate expired: %d, want 401", r.status)
+	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/pem"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func pemBlock(typ string, der []byte) string {
@@ -137,4 +141,36 @@ func TestCredentialRefusals(t *testing.T) {
 	// A bare base64 secret, without whsec_, is a Standard Webhooks secret too.
 	bare := base64.StdEncoding.EncodeToString([]byte("a secret of twenty-four+ bytes"))
 	builds(t, "EDGE_SECRET_ACME="+bare)
+}
+
+// A certificate that expires within 30 days is a warning at load, and
+// every certificate's expiry is a gauge.
+func TestCertificateExpiryWatched(t *testing.T) {
+	wx, _ := channeltest.NewWeChatPaySigner()
+	soon := time.Now().Add(10 * 24 * time.Hour).UTC().Truncate(time.Second)
+	cert, err := wx.Certificate(soon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig(nil, []string{"DATABASE_URL=postgres://db/x", "EDGE_SECRET_WX=" + wx.APIv3Key, "EDGE_CHANNEL_WX_KIND=wechatpay",
+		"EDGE_CHANNEL_WX_PLATFORM_KEYS=" + pemBlock("CERTIFICATE", cert)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	c, err := newCredentials(&Main{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.build(cfg.Channels); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"channel certificate expires soon: add its successor and reload"`) ||
+		!strings.Contains(logs.String(), `"serial":"`+wx.Serial+`"`) {
+		t.Errorf("no warning for a certificate 10 days from expiry:\n%s", logs.String())
+	}
+	if got := testutil.ToFloat64(c.notAfter.WithLabelValues("wx", wx.Serial)); got != float64(soon.Unix()) {
+		t.Errorf("gauge %v, want %d", got, soon.Unix())
+	}
 }
