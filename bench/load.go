@@ -187,6 +187,20 @@ func signedHeaders(secret string, seq uint64, body []byte) (id, ts, sig string) 
 
 var idSeq atomic.Uint64
 
+// setCallback makes req the POST of body to tg's channel at url, freshly
+// signed under a new webhook-id.
+func setCallback(req *fasthttp.Request, tg *Target, url string, body []byte) {
+	id, ts, sig := signedHeaders(tg.Secret, idSeq.Add(1), body)
+	req.Reset()
+	req.SetRequestURI(url + "/notify/" + tg.Channel)
+	req.Header.SetMethod("POST")
+	req.Header.SetContentType("application/json")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", ts)
+	req.Header.Set("webhook-signature", sig)
+	req.SetBody(body)
+}
+
 // closedLoop runs workers that each send the next callback as soon as the
 // last one was answered, for d: the peak a node sustains. It returns the
 // latencies.
@@ -207,15 +221,7 @@ func closedLoop(ctx context.Context, tg *Target, url string, workers int, d time
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				p := src.next()
 				body := p.body()
-				id, ts, sig := signedHeaders(tg.Secret, idSeq.Add(1), body)
-				req.Reset()
-				req.SetRequestURI(url + "/notify/" + tg.Channel)
-				req.Header.SetMethod("POST")
-				req.Header.SetContentType("application/json")
-				req.Header.Set("webhook-id", id)
-				req.Header.Set("webhook-timestamp", ts)
-				req.Header.Set("webhook-signature", sig)
-				req.SetBody(body)
+				setCallback(req, tg, url, body)
 				start := time.Now()
 				err := client.Do(req, resp)
 				lat[w] = append(lat[w], time.Since(start))

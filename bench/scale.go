@@ -524,15 +524,7 @@ func driveRetrying(ctx context.Context, tg *Target, url string, workers int, d t
 				body := p.body()
 				giveUp := time.Now().Add(time.Minute)
 				for {
-					id, ts, sig := signedHeaders(tg.Secret, idSeq.Add(1), body)
-					req.Reset()
-					req.SetRequestURI(url + "/notify/" + tg.Channel)
-					req.Header.SetMethod("POST")
-					req.Header.SetContentType("application/json")
-					req.Header.Set("webhook-id", id)
-					req.Header.Set("webhook-timestamp", ts)
-					req.Header.Set("webhook-signature", sig)
-					req.SetBody(body)
+					setCallback(req, tg, url, body) // the same body, signed anew, as a channel retries
 					err := client.DoTimeout(req, resp, 10*time.Second)
 					good := err == nil && resp.StatusCode() == 200
 					sec := int(time.Since(r.start) / time.Second)

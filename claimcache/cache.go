@@ -272,10 +272,10 @@ func (c *Cache) call(ctx context.Context, rk string, f func() error) error {
 		return ErrBreakerOpen
 	}
 	err := f()
-	if errors.Is(err, redis.Nil) {
-		err = nil
-	}
 	c.record(b, err)
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
 	return err
 }
 

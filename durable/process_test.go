@@ -635,23 +635,6 @@ func TestReviewCases(t *testing.T) {
 	}
 }
 
-// waitCancelled waits until no session of the test's database still runs
-// a delivery. With group commit, Process returns at its deadline and the
-// cancel it sent reaches the server a moment later; one at a time, Process
-// returns after it (pgx waits for the cancel). Either way, what the test
-// then checks is what the cancelled transaction left.
-func (b *bundle) waitCancelled(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-		AND state = 'active' AND query LIKE '%notifyedge_process%' AND pid <> pg_backend_pid()`) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the delivery still runs 10 s after its deadline")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // Point 6: a deadline that expires mid-transaction rolls everything back;
 // the retry after the blocker is gone is applied.
 func TestDeadlineRollsBack(t *testing.T) {
@@ -668,7 +651,7 @@ func TestDeadlineRollsBack(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err %v, want DeadlineExceeded", err)
 		}
-		b.waitCancelled(t)
+		durabletest.WaitCancelled(t, b.db)
 		release()
 		if c := b.claims(t, n.BizKey); c != 0 {
 			t.Errorf("claims %d, want 0", c)
@@ -701,7 +684,7 @@ func TestDeadlineRollsBack(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err %v, want DeadlineExceeded", err)
 		}
-		b.waitCancelled(t)
+		durabletest.WaitCancelled(t, b.db)
 		_ = tx.Rollback(ctx)
 		if c := b.claims(t, n.BizKey); c != 0 {
 			t.Errorf("claims %d after rollback, want 0", c)

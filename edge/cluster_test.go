@@ -140,17 +140,13 @@ func waitClusterDone(t *testing.T, cl *claimcachetest.Cluster, n int) {
 		var mu sync.Mutex
 		done := 0
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			iter := m.Scan(ctx, 0, "ne:*", 1000).Iterator()
-			for iter.Next(ctx) {
-				if v, err := m.Get(ctx, iter.Val()).Result(); err == nil && strings.HasPrefix(v, "D") {
-					mu.Lock()
-					done++
-					mu.Unlock()
-				}
-			}
-			if err := iter.Err(); err != nil {
+			n, err := doneEntries(ctx, m)
+			if err != nil {
 				return err
 			}
+			mu.Lock()
+			done += n
+			mu.Unlock()
 			return replicated(ctx, m)
 		})
 		if err != nil && !errors.Is(err, errNotYet) {

@@ -103,11 +103,9 @@ func (p *proc) wait() {
 	close(p.exited)
 }
 
-// callback delivers a fresh signed payment of order no on a connection of
-// its own (a new connection is what a load balancer would refuse).
-func callback(client *http.Client, addr, txn, no string) (int, error) {
-	body := fmt.Sprintf(`{"channel_txn_id":%q,"event_type":"PAY_SUCCESS","order_no":%q,"amount":100,"currency":"CNY"}`, txn, no)
-	id := "m-" + txn
+// signedPost is the POST of body to channel acme at addr, signed with
+// secret now under webhook-id id.
+func signedPost(addr, secret, id, body string) *http.Request {
 	ts := time.Now().Unix()
 	sig, _ := channel.SignWebhook(secret, id, ts, []byte(body))
 	req, _ := http.NewRequest("POST", "http://"+addr+"/notify/acme", strings.NewReader(body))
@@ -115,7 +113,14 @@ func callback(client *http.Client, addr, txn, no string) (int, error) {
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", sig)
-	resp, err := client.Do(req)
+	return req
+}
+
+// callback delivers a fresh signed payment of order no on a connection of
+// its own (a new connection is what a load balancer would refuse).
+func callback(client *http.Client, addr, txn, no string) (int, error) {
+	body := fmt.Sprintf(`{"channel_txn_id":%q,"event_type":"PAY_SUCCESS","order_no":%q,"amount":100,"currency":"CNY"}`, txn, no)
+	resp, err := client.Do(signedPost(addr, secret, "m-"+txn, body))
 	if err != nil {
 		return 0, err
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable/durabletest"
-	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 )
 
@@ -41,13 +39,7 @@ func (r *rotation) send(client *http.Client) {
 	if n%2 == 0 {
 		secret := *r.generic.Load()
 		body := fmt.Sprintf(`{"channel_txn_id":"G%d","event_type":"PAY_SUCCESS","order_no":%q,"amount":5,"currency":"CNY"}`, n, order)
-		now := time.Now().Unix()
-		sig, _ := channel.SignWebhook(secret, fmt.Sprint("m", n), now, []byte(body))
-		req, _ = http.NewRequest("POST", "http://"+r.addr+"/notify/acme", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("webhook-id", fmt.Sprint("m", n))
-		req.Header.Set("webhook-timestamp", strconv.FormatInt(now, 10))
-		req.Header.Set("webhook-signature", sig)
+		req = signedPost(r.addr, secret, fmt.Sprint("m", n), body)
 	} else {
 		s := r.wechat.Load()
 		h, body, _ := s.Notify("TRANSACTION.SUCCESS", map[string]any{"mchid": "1900000109", "appid": "wxd678efh567hg6787",
@@ -225,17 +217,7 @@ func (r *rotation) run(wg *sync.WaitGroup, stop <-chan struct{}) {
 func sendOnce(t *testing.T, addr, secret string) int {
 	t.Helper()
 	body := `{"channel_txn_id":"probe","event_type":"PAY_SUCCESS","order_no":"R-000001","amount":5,"currency":"CNY"}`
-	now := time.Now().Unix()
-	sig, err := channel.SignWebhook(secret, "probe", now, []byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest("POST", "http://"+addr+"/notify/acme", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("webhook-id", "probe")
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(now, 10))
-	req.Header.Set("webhook-signature", sig)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(signedPost(addr, secret, "probe", body))
 	if err != nil {
 		t.Fatal(err)
 	}

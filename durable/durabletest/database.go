@@ -158,3 +158,27 @@ const GroupCommitEnv = "NOTIFYEDGE_TEST_GROUP_COMMIT"
 
 // GroupCommit reports the mode tests open Stores in (GroupCommitEnv).
 func GroupCommit() bool { return os.Getenv(GroupCommitEnv) != "0" }
+
+// WaitCancelled waits until no session of db's database but db's own still
+// runs a delivery. With group commit, Process returns at its deadline and
+// the cancel it sent reaches the server a moment later; one at a time,
+// Process returns after it (pgx waits for the cancel). Either way, what a
+// test then checks is what the cancelled transaction left.
+func WaitCancelled(t testing.TB, db *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND state = 'active' AND query LIKE '%notifyedge_process%' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a delivery still runs 10 s after its deadline")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
