@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,10 @@ var (
 	// ErrRequestReused: an internal event's request id was used before for
 	// another event of the order.
 	ErrRequestReused = errors.New("durable: the request id was used for another event")
+	// ErrEventRefused: an internal event the order's state forbids (SHIP
+	// before payment or after a close or refund, CLOSE once paid). Nothing
+	// is stored, so the same request id works once the state allows it.
+	ErrEventRefused = errors.New("durable: the order's state forbids the event")
 )
 
 // Order is an order as the orders API shows it.
@@ -44,6 +49,9 @@ type OrderHistory struct {
 	Refunds []OrderRefund
 	Events  []OrderEvent
 	Reviews []OrderReview
+	// Truncated: a list held more rows than were asked for; the oldest
+	// were left out.
+	Truncated bool
 }
 
 // OrderClaim is one decided delivery of the order.
@@ -80,73 +88,123 @@ type OrderReview struct {
 	ResolvedAt *time.Time
 }
 
+// orderRetries bounds how often an orders API call decides again when a
+// concurrent writer changed the order between its statements.
+const orderRetries = 8
+
 // PutOrder registers a PENDING_PAY order: created is true for a new order,
 // false when the same order (amount and currency) already exists, whatever
 // its state; another amount or currency is ErrOrderExists. It runs on the
 // operator pool: order systems must not take the callbacks' connections.
+//
+// Concurrent PUTs of one new order answer as if they ran one after the
+// other: the INSERT waits for a concurrent inserter and then inserts
+// nothing, and the row it lost to is read by a statement of its own, whose
+// snapshot sees that commit (a fallback inside the INSERT's statement
+// would not).
 func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, currency string) (created bool, err error) {
-	var gotAmount int64
-	var gotCurrency string
-	err = s.ops.QueryRow(ctx, `WITH ins AS (
-    INSERT INTO biz_order (order_no, status, amount, currency) VALUES ($1, 'PENDING_PAY', $2, $3)
-    ON CONFLICT (order_no) DO NOTHING RETURNING amount, currency, true AS created)
-SELECT amount, currency, created FROM ins
-UNION ALL
-SELECT amount, currency, false FROM biz_order WHERE order_no = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
-		orderNo, amount, currency).Scan(&gotAmount, &gotCurrency, &created)
-	if err != nil {
-		return false, wrap(ctx, "put order "+orderNo, err)
+	for range orderRetries {
+		var gotAmount int64
+		var gotCurrency string
+		err = s.ops.QueryRow(ctx, `INSERT INTO biz_order (order_no, status, amount, currency) VALUES ($1, 'PENDING_PAY', $2, $3)
+    ON CONFLICT (order_no) DO NOTHING RETURNING amount`, orderNo, amount, currency).Scan(&gotAmount)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return false, wrap(ctx, "put order "+orderNo, err)
+		}
+		err = s.ops.QueryRow(ctx, `SELECT amount, currency FROM biz_order WHERE order_no = $1`, orderNo).
+			Scan(&gotAmount, &gotCurrency)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // deleted between the two statements: insert again
+		}
+		if err != nil {
+			return false, wrap(ctx, "put order "+orderNo, err)
+		}
+		if gotAmount != amount || gotCurrency != currency {
+			return false, fmt.Errorf("put order %s: %w (%d %s)", orderNo, ErrOrderExists, gotAmount, gotCurrency)
+		}
+		return false, nil
 	}
-	if gotAmount != amount || gotCurrency != currency {
-		return false, fmt.Errorf("put order %s: %w (%d %s)", orderNo, ErrOrderExists, gotAmount, gotCurrency)
-	}
-	return created, nil
+	return false, fmt.Errorf("put order %s: inserted and deleted concurrently %d times", orderNo, orderRetries)
 }
 
 // PatchOrder corrects the amount and currency of a PENDING_PAY order (e.g.
 // before re-driving an AMOUNT_MISMATCH). Any other state is
 // ErrOrderNotPending: the amount of a paid order is what was paid.
+//
+// The UPDATE waits for a concurrent writer of the row and re-checks its
+// condition on the committed version; when it changed nothing, the state
+// that refused it is read by a statement of its own (a fallback inside the
+// UPDATE's statement would read the version from before the wait, and
+// answer success for a change that was not made).
 func (s *Store) PatchOrder(ctx context.Context, orderNo string, amount int64, currency string) error {
-	var status *string
-	err := s.ops.QueryRow(ctx, `WITH upd AS (
-    UPDATE biz_order SET amount = $2, currency = $3, updated_at = now()
-     WHERE order_no = $1 AND status = 'PENDING_PAY' RETURNING status)
-SELECT status FROM upd
-UNION ALL
-SELECT status FROM biz_order WHERE order_no = $1 AND NOT EXISTS (SELECT 1 FROM upd)`,
-		orderNo, amount, currency).Scan(&status)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("patch order %s: %w", orderNo, ErrUnknownOrder)
-	case err != nil:
-		return wrap(ctx, "patch order "+orderNo, err)
-	case *status != string(PendingPay):
-		return fmt.Errorf("patch order %s: %w (%s)", orderNo, ErrOrderNotPending, *status)
+	for range orderRetries {
+		tag, err := s.ops.Exec(ctx, `UPDATE biz_order SET amount = $2, currency = $3, updated_at = now()
+     WHERE order_no = $1 AND status = 'PENDING_PAY'`, orderNo, amount, currency)
+		if err != nil {
+			return wrap(ctx, "patch order "+orderNo, err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		var status string
+		err = s.ops.QueryRow(ctx, `SELECT status FROM biz_order WHERE order_no = $1`, orderNo).Scan(&status)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("patch order %s: %w", orderNo, ErrUnknownOrder)
+		case err != nil:
+			return wrap(ctx, "patch order "+orderNo, err)
+		case status != string(PendingPay):
+			return fmt.Errorf("patch order %s: %w (%s)", orderNo, ErrOrderNotPending, status)
+		}
+		// PENDING_PAY again, e.g. created between the two statements: retry.
 	}
-	return nil
+	return fmt.Errorf("patch order %s: changed concurrently %d times", orderNo, orderRetries)
 }
 
 // sqlOrderHistory reads the order and everything about it in one round
-// trip, one snapshot. Claims are found by order_no (the index
-// notify_claim_order_no_idx), refunds by order, events and reviews by
-// order.
+// trip, one snapshot: of each list the newest $2 rows, oldest first. Claims
+// are found by order_no (the index notify_claim_order_no_idx), refunds by
+// order, events and reviews by order.
 const sqlOrderHistory = `SELECT o.status, o.amount, o.currency, o.paid_by, o.refunded_amount, o.updated_at,
-  coalesce((SELECT jsonb_agg(jsonb_build_object('biz_key', c.biz_key, 'result', c.result_json, 'created_at', c.created_at) ORDER BY c.id)
-     FROM notify_claim c WHERE c.order_no = o.order_no AND c.claim_state = 'DONE'), '[]'),
-  coalesce((SELECT jsonb_agg(jsonb_build_object('trade', r.trade, 'refund_id', r.refund_id, 'amount', r.amount, 'created_at', r.created_at) ORDER BY r.created_at, r.trade, r.refund_id)
-     FROM trade_refund r WHERE r.order_no = o.order_no), '[]'),
-  coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.id, 'topic', e.topic, 'payload', e.payload, 'created_at', e.created_at, 'published_at', e.published_at) ORDER BY e.id)
-     FROM outbox e WHERE e.order_no = o.order_no), '[]'),
-  coalesce((SELECT jsonb_agg(jsonb_build_object('id', v.id, 'reason', v.reason, 'biz_key', v.biz_key, 'created_at', v.created_at, 'resolved_at', v.resolved_at) ORDER BY v.id)
-     FROM notify_review v WHERE v.order_no = o.order_no), '[]')
+  (SELECT coalesce(jsonb_agg(x.j ORDER BY x.id), '[]') FROM (
+     SELECT c.id, jsonb_build_object('biz_key', c.biz_key, 'result', c.result_json, 'created_at', c.created_at) AS j
+       FROM notify_claim c WHERE c.order_no = o.order_no AND c.claim_state = 'DONE' ORDER BY c.id DESC LIMIT $2) x),
+  (SELECT coalesce(jsonb_agg(x.j ORDER BY x.created_at, x.trade, x.refund_id), '[]') FROM (
+     SELECT r.created_at, r.trade, r.refund_id,
+            jsonb_build_object('trade', r.trade, 'refund_id', r.refund_id, 'amount', r.amount, 'created_at', r.created_at) AS j
+       FROM trade_refund r WHERE r.order_no = o.order_no ORDER BY r.created_at DESC, r.trade DESC, r.refund_id DESC LIMIT $2) x),
+  (SELECT coalesce(jsonb_agg(x.j ORDER BY x.id), '[]') FROM (
+     SELECT e.id, jsonb_build_object('id', e.id, 'topic', e.topic, 'payload', e.payload, 'created_at', e.created_at, 'published_at', e.published_at) AS j
+       FROM outbox e WHERE e.order_no = o.order_no ORDER BY e.id DESC LIMIT $2) x),
+  (SELECT coalesce(jsonb_agg(x.j ORDER BY x.id), '[]') FROM (
+     SELECT v.id, jsonb_build_object('id', v.id, 'reason', v.reason, 'biz_key', v.biz_key, 'created_at', v.created_at, 'resolved_at', v.resolved_at) AS j
+       FROM notify_review v WHERE v.order_no = o.order_no ORDER BY v.id DESC LIMIT $2) x)
 FROM biz_order o WHERE o.order_no = $1`
 
-// OrderHistory returns the order and its history, or ErrUnknownOrder.
-func (s *Store) OrderHistory(ctx context.Context, orderNo string) (OrderHistory, error) {
+// DefaultHistoryLimit is how many rows of each list OrderHistory returns
+// when the caller sets no limit; MaxHistoryLimit is the most it returns.
+const (
+	DefaultHistoryLimit = 100
+	MaxHistoryLimit     = 1000
+)
+
+// OrderHistory returns the order and its history, or ErrUnknownOrder: of
+// each list (claims, refunds, events, reviews) the newest limit rows,
+// oldest first (limit 0: DefaultHistoryLimit; at most MaxHistoryLimit), and
+// Truncated when any list held more. An order that took thousands of
+// deliveries would otherwise answer megabytes to a lookup.
+func (s *Store) OrderHistory(ctx context.Context, orderNo string, limit int) (OrderHistory, error) {
+	if limit <= 0 {
+		limit = DefaultHistoryLimit
+	}
+	limit = min(limit, MaxHistoryLimit)
 	var h OrderHistory
 	var claims, refunds, events, reviews []byte
 	var status string
-	err := s.ops.QueryRow(ctx, sqlOrderHistory, orderNo).Scan(&status, &h.Amount, &h.Currency, &h.PaidBy,
+	err := s.ops.QueryRow(ctx, sqlOrderHistory, orderNo, limit+1).Scan(&status, &h.Amount, &h.Currency, &h.PaidBy,
 		&h.RefundedAmount, &h.UpdatedAt, &claims, &refunds, &events, &reviews)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return OrderHistory{}, fmt.Errorf("order %s: %w", orderNo, ErrUnknownOrder)
@@ -188,6 +246,10 @@ func (s *Store) OrderHistory(ctx context.Context, orderNo string) (OrderHistory,
 			return OrderHistory{}, fmt.Errorf("order %s: decode history: %w", orderNo, err)
 		}
 	}
+	rawClaims = keepNewest(rawClaims, limit, &h.Truncated)
+	rawRefunds = keepNewest(rawRefunds, limit, &h.Truncated)
+	rawEvents = keepNewest(rawEvents, limit, &h.Truncated)
+	rawReviews = keepNewest(rawReviews, limit, &h.Truncated)
 	for _, c := range rawClaims {
 		oc := OrderClaim{BizKey: c.BizKey, CreatedAt: c.CreatedAt}
 		if r, err := ParseCanonical([]byte(c.Result)); err == nil {
@@ -207,16 +269,37 @@ func (s *Store) OrderHistory(ctx context.Context, orderNo string) (OrderHistory,
 	return h, nil
 }
 
+// keepNewest drops the oldest row of a list read with one row more than
+// limit (oldest first), and records that there was more.
+func keepNewest[T any](rows []T, limit int, truncated *bool) []T {
+	if len(rows) <= limit {
+		return rows
+	}
+	*truncated = true
+	return rows[len(rows)-limit:]
+}
+
 // InternalKey is the claim key of an internal event's request id: no
-// channel can produce it (channel names are [a-z0-9_], never "@").
-func InternalKey(orderNo, requestID string) string { return "@orders:" + orderNo + ":" + requestID }
+// channel can produce it (channel names are [a-z0-9_], never "@"), and the
+// order number's length in front makes it unambiguous whatever characters
+// the order number and the request id hold ("K-1" with "wms:7781" and
+// "K-1:wms" with "7781" are two keys).
+func InternalKey(orderNo, requestID string) string {
+	return "@orders:" + strconv.Itoa(len(orderNo)) + ":" + orderNo + ":" + requestID
+}
 
 // OrderEvent applies an internal event (SHIP or CLOSE) for the merchant's
 // own systems, through the same conditional transition as every other
-// writer, and stores its answer durably under the request id: the same
+// writer, and stores its answer durably under the request id: Applied when
+// it moved the order, Skipped when the order already is where the event
+// leads (SHIP on SHIPPED, CLOSE on CLOSED). Any other state refuses it:
+// ErrEventRefused with the Result's Status the order's state, and nothing
+// stored, so the same request id works once the state allows it. The same
 // request id again returns the first answer (Replayed), with another event
 // it is ErrRequestReused; an unknown order is ErrUnknownOrder. The claim,
-// the move and its outbox row commit together.
+// the move and its outbox row commit together. It runs on the operator
+// pool, under its timeouts: order systems never take the callbacks'
+// connections or budget.
 func (s *Store) OrderEvent(ctx context.Context, orderNo string, e Event, requestID string) (Result, error) {
 	r, ok := eventRules[e]
 	if !ok || !r.internal || (e != Ship && e != Close) {
@@ -226,7 +309,10 @@ func (s *Store) OrderEvent(ctx context.Context, orderNo string, e Event, request
 	sum := sha256.Sum256([]byte(e))
 	hash := hex.EncodeToString(sum[:])
 	var res Result
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.ops, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		// The claim first: a concurrent request with the same id waits here
+		// until this one commits (then replays it) or rolls back (then
+		// decides itself).
 		var claimed bool
 		err := tx.QueryRow(ctx, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
 			SELECT $1::text, $2::text, $3::text, 'DONE', '' WHERE EXISTS (SELECT 1 FROM biz_order WHERE order_no = $2::text)
@@ -261,15 +347,21 @@ func (s *Store) OrderEvent(ctx context.Context, orderNo string, e Event, request
 		if !found {
 			return ErrUnknownOrder // deleted meanwhile: roll the claim back too
 		}
-		res = Result{Outcome: Skipped, Status: State(*status)}
-		if applied {
-			res.Outcome = Applied
+		res = Result{Outcome: Applied, Status: State(*status)}
+		switch {
+		case applied:
+		case res.Status == r.target():
+			res.Outcome = Skipped
+		default:
+			return ErrEventRefused // rolls the claim back: nothing stored
 		}
 		res.Canonical = CanonicalJSON(res.Outcome, res.Status)
 		_, err = tx.Exec(ctx, `UPDATE notify_claim SET result_json = $2 WHERE biz_key = $1`, key, string(res.Canonical))
 		return err
 	})
 	switch {
+	case errors.Is(err, ErrEventRefused):
+		return Result{Status: res.Status}, fmt.Errorf("order %s event %s: %w (%s)", orderNo, e, err, res.Status)
 	case errors.Is(err, ErrUnknownOrder), errors.Is(err, ErrRequestReused):
 		return Result{}, fmt.Errorf("order %s event %s request %s: %w", orderNo, e, requestID, err)
 	case err != nil:
@@ -300,13 +392,15 @@ func (s *Store) Review(ctx context.Context, id int64) (Review, error) {
 // ResolveRedriven records that an operator's re-drive settled review row
 // id: resolved by that operator with resolution, also when deciding the
 // delivery again already closed the row by itself (resolved_by
-// 'notifyedge', moments before): the re-drive is what cleared it.
-func (s *Store) ResolveRedriven(ctx context.Context, id int64, resolution, by string) error {
-	_, err := s.ops.Exec(ctx, `UPDATE notify_review
+// 'notifyedge', moments before): the re-drive is what cleared it. It
+// reports false when the row was resolved by someone else already (e.g. a
+// concurrent re-drive of the same row, which settled it first).
+func (s *Store) ResolveRedriven(ctx context.Context, id int64, resolution, by string) (bool, error) {
+	tag, err := s.ops.Exec(ctx, `UPDATE notify_review
    SET resolved_at = coalesce(resolved_at, now()), resolution = $2, resolved_by = $3
  WHERE id = $1::bigint AND (resolved_at IS NULL OR resolved_by = 'notifyedge')`, id, resolution, by)
 	if err != nil {
-		return wrap(ctx, "resolve re-driven review", err)
+		return false, wrap(ctx, "resolve re-driven review", err)
 	}
-	return nil
+	return tag.RowsAffected() == 1, nil
 }

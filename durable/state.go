@@ -296,3 +296,14 @@ func buildRules() map[Event]*rules {
 	}
 	return out
 }
+
+// target is the state the event's move leads to ("" when none moves): an
+// internal event on an order already there is a repeat, not a refusal.
+func (r *rules) target() State {
+	for _, to := range r.to {
+		if to != "" {
+			return State(to)
+		}
+	}
+	return ""
+}

@@ -1,14 +1,12 @@
 package edge
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,7 +28,7 @@ type ReviewQueue interface {
 	Reviews(ctx context.Context, q durable.ReviewQuery) ([]durable.Review, error)
 	Review(ctx context.Context, id int64) (durable.Review, error)
 	ResolveReview(ctx context.Context, id int64, resolution, by string) (durable.Review, error)
-	ResolveRedriven(ctx context.Context, id int64, resolution, by string) error
+	ResolveRedriven(ctx context.Context, id int64, resolution, by string) (bool, error)
 }
 
 // Pinger reports whether Postgres answers. *durable.Store satisfies it.
@@ -114,7 +112,15 @@ func (a *Admin) Shutdown(ctx context.Context) error { return a.fast.ShutdownWith
 // adminMaxBody bounds an admin request's body.
 const adminMaxBody = 64 << 10
 
-var bearerPrefix = []byte("Bearer ")
+// bearerToken returns the credentials of an Authorization header of the
+// Bearer scheme; the scheme's name is case-insensitive (RFC 9110 11.1).
+func bearerToken(h []byte) ([]byte, bool) {
+	const scheme = "bearer "
+	if len(h) < len(scheme) || !strings.EqualFold(string(h[:len(scheme)]), scheme) {
+		return nil, false
+	}
+	return h[len(scheme):], true
+}
 
 // handle serves one admin request. A panic is answered 500 and logged once
 // with its stack: the public listener shares the process, and one bad
@@ -230,7 +236,7 @@ func (a *Admin) readyz(ctx *fasthttp.RequestCtx) {
 // configured (empty) opens nothing, so with none configured it refuses
 // everyone.
 func (a *Admin) authorized(ctx *fasthttp.RequestCtx, extra ...string) bool {
-	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), bearerPrefix)
+	got, ok := bearerToken(ctx.Request.Header.Peek("Authorization"))
 	if ok {
 		for _, tok := range append([]string{a.cfg.Token}, extra...) {
 			if tok != "" && subtle.ConstantTimeCompare(got, []byte(tok)) == 1 {
@@ -317,9 +323,16 @@ func (a *Admin) resolve(ctx *fasthttp.RequestCtx, id int64) {
 		Resolution string `json:"resolution"`
 		By         string `json:"by"`
 	}
-	if err := decodeStrict(ctx.PostBody(), &req); err != nil || req.Resolution == "" || req.By == "" ||
-		strings.ContainsRune(req.Resolution, 0) || strings.ContainsRune(req.By, 0) {
-		jsonError(ctx, http.StatusBadRequest, `body: must be {"resolution":"...","by":"..."}, both non-empty, without NUL`)
+	if err := decodeStrict(ctx.PostBody(), &req); err != nil {
+		jsonError(ctx, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := requiredText("resolution", req.Resolution); err != nil {
+		jsonError(ctx, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := requiredText("by", req.By); err != nil {
+		jsonError(ctx, http.StatusBadRequest, err.Error())
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -338,20 +351,6 @@ func (a *Admin) resolve(ctx *fasthttp.RequestCtx, id int64) {
 			"resolution", req.Resolution, "by", req.By)
 		writeJSON(ctx, http.StatusOK, toReviewJSON(r))
 	}
-}
-
-// decodeStrict decodes one JSON object into v: unknown fields and anything
-// after the object are refused.
-func decodeStrict(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON object")
-	}
-	return nil
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, code int, v any) {

@@ -337,23 +337,56 @@ func (b *bundle) lockOrder(t testing.TB, orderNo string) (release func()) {
 // admin sends an admin request with the given bearer token ("" for none).
 func (b *bundle) admin(t testing.TB, method, path, token, payload string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, b.adminURL+path, strings.NewReader(payload))
+	r := b.adminReply(method, path, token, payload)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.code, r.body
+}
+
+// adminReply is one admin answer: status, decoded JSON body, whether it
+// was a replay, or what went wrong sending it.
+type adminReply struct {
+	code     int
+	body     map[string]any
+	replayed bool
+	err      error
+}
+
+// adminReply sends an admin request and reports failures in the reply,
+// so that goroutines may send one (never t.Fatal off the test's own).
+func (b *bundle) adminReply(method, path, token, payload string) adminReply {
+	req, err := http.NewRequest(method, b.adminURL+path, strings.NewReader(payload))
+	if err != nil {
+		return adminReply{err: err}
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := b.client.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return adminReply{err: err}
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var m map[string]any
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return adminReply{err: err}
+	}
+	r := adminReply{code: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
 	if len(bytes.TrimSpace(raw)) > 0 && raw[0] == '{' {
-		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("admin %s: %v: %s", path, err, raw)
+		if err := json.Unmarshal(raw, &r.body); err != nil {
+			return adminReply{err: fmt.Errorf("admin %s: %w: %s", path, err, raw)}
 		}
 	}
-	return resp.StatusCode, m
+	return r
+}
+
+// adminAsync sends an admin request from a goroutine of its own and hands
+// the reply over on the returned channel.
+func (b *bundle) adminAsync(method, path, token, payload string) <-chan adminReply {
+	r := make(chan adminReply, 1)
+	go func() { r <- b.adminReply(method, path, token, payload) }()
+	return r
 }
 
 // metric returns the value of one sample line of /metrics (0 if absent).

@@ -20,7 +20,7 @@ import (
 type OrderStore interface {
 	PutOrder(ctx context.Context, orderNo string, amount int64, currency string) (created bool, err error)
 	PatchOrder(ctx context.Context, orderNo string, amount int64, currency string) error
-	OrderHistory(ctx context.Context, orderNo string) (durable.OrderHistory, error)
+	OrderHistory(ctx context.Context, orderNo string, limit int) (durable.OrderHistory, error)
 	OrderEvent(ctx context.Context, orderNo string, e durable.Event, requestID string) (durable.Result, error)
 }
 
@@ -46,6 +46,16 @@ type orderJSON struct {
 	Refunds        []refundJSON   `json:"refunds"`
 	Events         []eventJSON    `json:"events"`
 	Reviews        []orderRevJSON `json:"reviews"`
+	// Truncated: a list held more than the request's limit; its oldest
+	// rows were left out.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// orderConflictJSON is a 409 of PUT or PATCH: why, and the order as it is.
+type orderConflictJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	orderJSON
 }
 
 type claimJSON struct {
@@ -81,7 +91,8 @@ type orderRevJSON struct {
 func toOrderJSON(h durable.OrderHistory) orderJSON {
 	o := orderJSON{OrderNo: h.OrderNo, Status: string(h.Status), Amount: h.Amount, Currency: h.Currency,
 		PaidBy: h.PaidBy, RefundedAmount: h.RefundedAmount, UpdatedAt: h.UpdatedAt.UTC(),
-		Claims: []claimJSON{}, Refunds: []refundJSON{}, Events: []eventJSON{}, Reviews: []orderRevJSON{}}
+		Claims: []claimJSON{}, Refunds: []refundJSON{}, Events: []eventJSON{}, Reviews: []orderRevJSON{},
+		Truncated: h.Truncated}
 	for _, c := range h.Claims {
 		o.Claims = append(o.Claims, claimJSON{c.BizKey, c.Outcome, string(c.Status), c.CreatedAt.UTC()})
 	}
@@ -114,7 +125,7 @@ func orderFields(body []byte) (amount int64, currency string, err error) {
 		Currency string          `json:"currency"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
-		return 0, "", errors.New(`body: must be {"amount":1999,"currency":"CNY"}`)
+		return 0, "", err
 	}
 	a := string(req.Amount)
 	if a == "" || a[0] < '1' || a[0] > '9' || len(a) > 16 {
@@ -144,15 +155,25 @@ func validID(s string) bool {
 	return true
 }
 
-// orders serves /orders/{order_no} (PUT, PATCH, GET, HEAD).
+// orders serves /orders/{order_no} (PUT, PATCH, GET, HEAD). GET takes
+// ?limit=N (1 to durable.MaxHistoryLimit): the newest rows of each list.
 func (a *Admin) orders(ctx *fasthttp.RequestCtx, orderNo string) {
 	if !validID(orderNo) {
 		jsonError(ctx, http.StatusBadRequest, "order_no: must be 1 to 64 printable ASCII characters")
 		return
 	}
+	limit := 0
+	if v := ctx.QueryArgs().Peek("limit"); len(v) > 0 {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > durable.MaxHistoryLimit {
+			jsonError(ctx, http.StatusBadRequest, "limit: must be 1 to "+strconv.Itoa(durable.MaxHistoryLimit))
+			return
+		}
+		limit = n
+	}
 	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	code := http.StatusOK
+	code, conflict := http.StatusOK, ""
 	switch {
 	case ctx.IsPut():
 		amount, currency, err := orderFields(ctx.PostBody())
@@ -163,7 +184,7 @@ func (a *Admin) orders(ctx *fasthttp.RequestCtx, orderNo string) {
 		created, err := a.cfg.Orders.PutOrder(rctx, orderNo, amount, currency)
 		switch {
 		case errors.Is(err, durable.ErrOrderExists):
-			code = http.StatusConflict
+			code, conflict = http.StatusConflict, "the order exists with another amount or currency"
 		case err != nil:
 			a.unavailable(ctx, "put order", err)
 			return
@@ -181,21 +202,29 @@ func (a *Admin) orders(ctx *fasthttp.RequestCtx, orderNo string) {
 			jsonError(ctx, http.StatusNotFound, "no such order")
 			return
 		case errors.Is(err, durable.ErrOrderNotPending):
-			code = http.StatusConflict
+			code, conflict = http.StatusConflict, "only a PENDING_PAY order can be corrected: what was paid is the amount"
 		case err != nil:
 			a.unavailable(ctx, "patch order", err)
 			return
 		}
 	}
-	h, err := a.cfg.Orders.OrderHistory(rctx, orderNo)
+	h, err := a.cfg.Orders.OrderHistory(rctx, orderNo, limit)
 	switch {
 	case errors.Is(err, durable.ErrUnknownOrder):
 		jsonError(ctx, http.StatusNotFound, "no such order")
 	case err != nil:
 		a.unavailable(ctx, "order history", err)
+	case conflict != "":
+		writeJSON(ctx, code, orderConflictJSON{Code: "FAIL", Message: conflict, orderJSON: toOrderJSON(h)})
 	default:
 		writeJSON(ctx, code, toOrderJSON(h))
 	}
+}
+
+// eventRefusal says why an order's state refuses an internal event.
+var eventRefusal = map[durable.Event]string{
+	durable.Ship:  "SHIP needs a PAID order",
+	durable.Close: "CLOSE needs a PENDING_PAY order",
 }
 
 // orderEvent serves POST /orders/{order_no}/events.
@@ -204,32 +233,45 @@ func (a *Admin) orderEvent(ctx *fasthttp.RequestCtx, orderNo string) {
 		Event     string `json:"event"`
 		RequestID string `json:"request_id"`
 	}
-	if err := decodeStrict(ctx.PostBody(), &req); err != nil || (req.Event != string(durable.Ship) && req.Event != string(durable.Close)) {
-		jsonError(ctx, http.StatusBadRequest, `body: must be {"event":"SHIP"|"CLOSE","request_id":"..."}`)
+	if err := decodeStrict(ctx.PostBody(), &req); err != nil {
+		jsonError(ctx, http.StatusBadRequest, err.Error())
 		return
 	}
-	if !validID(req.RequestID) || !validID(orderNo) {
-		jsonError(ctx, http.StatusBadRequest, "request_id, order_no: must be 1 to 64 printable ASCII characters")
+	e := durable.Event(req.Event)
+	switch {
+	case !validID(orderNo):
+		jsonError(ctx, http.StatusBadRequest, "order_no: must be 1 to 64 printable ASCII characters")
+		return
+	case eventRefusal[e] == "":
+		jsonError(ctx, http.StatusBadRequest, "event: must be SHIP or CLOSE")
+		return
+	case !validID(req.RequestID):
+		jsonError(ctx, http.StatusBadRequest, "request_id: must be 1 to 64 printable ASCII characters")
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	res, err := a.cfg.Orders.OrderEvent(rctx, orderNo, durable.Event(req.Event), req.RequestID)
+	res, err := a.cfg.Orders.OrderEvent(rctx, orderNo, e, req.RequestID)
+	type answer struct {
+		Outcome string `json:"outcome"`
+		Status  string `json:"status"`
+		Message string `json:"message,omitempty"`
+	}
 	switch {
 	case errors.Is(err, durable.ErrUnknownOrder):
 		jsonError(ctx, http.StatusNotFound, "no such order")
 	case errors.Is(err, durable.ErrRequestReused):
-		jsonError(ctx, http.StatusConflict, "request_id already used for another event of this order")
+		jsonError(ctx, http.StatusConflict, "request_id: already used for another event of this order")
+	case errors.Is(err, durable.ErrEventRefused):
+		writeJSON(ctx, http.StatusConflict, answer{"refused", string(res.Status),
+			"the order is " + string(res.Status) + ": " + eventRefusal[e] + "; nothing was stored, so this request_id can be sent again once the order allows it"})
 	case err != nil:
 		a.unavailable(ctx, "order event", err)
 	default:
 		if res.Replayed {
 			ctx.Response.Header.Set(headerReplayed, "true")
 		}
-		writeJSON(ctx, http.StatusOK, struct {
-			Outcome string `json:"outcome"`
-			Status  string `json:"status"`
-		}{res.Outcome.String(), string(res.Status)})
+		writeJSON(ctx, http.StatusOK, answer{Outcome: res.Outcome.String(), Status: string(res.Status)})
 	}
 }
 
@@ -247,8 +289,12 @@ func (a *Admin) redrive(ctx *fasthttp.RequestCtx, id int64) {
 	var req struct {
 		By string `json:"by"`
 	}
-	if err := decodeStrict(ctx.PostBody(), &req); err != nil || req.By == "" || strings.ContainsRune(req.By, 0) {
-		jsonError(ctx, http.StatusBadRequest, `body: must be {"by":"..."}, non-empty`)
+	if err := decodeStrict(ctx.PostBody(), &req); err != nil {
+		jsonError(ctx, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := requiredText("by", req.By); err != nil {
+		jsonError(ctx, http.StatusBadRequest, err.Error())
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
@@ -280,9 +326,19 @@ func (a *Admin) redrive(ctx *fasthttp.RequestCtx, id int64) {
 	}
 	if v.Success {
 		resolution := "re-driven: " + v.Outcome
-		if err := a.cfg.Reviews.ResolveRedriven(rctx, id, resolution, req.By); err != nil {
+		resolved, err := a.cfg.Reviews.ResolveRedriven(rctx, id, resolution, req.By)
+		switch {
+		case err != nil:
 			a.unavailable(ctx, "resolve re-driven review", err)
 			return
+		case !resolved:
+			// A concurrent re-drive of the row settled it first: this one
+			// only replayed that answer, as if it had come after.
+			jsonError(ctx, http.StatusConflict, "review already resolved")
+			return
+		}
+		if o == OutcomeReplayedDB {
+			ctx.Response.Header.Set(headerReplayed, "true")
 		}
 	}
 	a.log.Info("review re-driven", "id", id, "biz_key", r.BizKey, "outcome", o.String(), "by", req.By)

@@ -316,7 +316,8 @@ func newChannel(cc ChannelConfig) (channel.Channel, []channel.PublicKey, error) 
 // platformKeys reads WeChat Pay's platform keys: EDGE_CHANNEL_<C>_PLATFORM_KEYS
 // (SERIAL=<key> entries and bare certificates, whose serial is their own)
 // and EDGE_CHANNEL_<C>_PLATFORM_KEYS_FILE (a file, or a directory of .pem,
-// .crt, .cer and .der files; a key without a serial takes its file's name).
+// .crt, .cer and .der files, extensions in any case; a key without a serial
+// takes its file's name).
 func platformKeys(cc ChannelConfig, env func(string) string) ([]channel.PublicKey, error) {
 	var keys []channel.PublicKey
 	if v := cc.Vars["PLATFORM_KEYS"]; strings.TrimSpace(v) != "" {
@@ -334,12 +335,9 @@ func platformKeys(cc ChannelConfig, env func(string) string) ([]channel.PublicKe
 	if path := cc.Vars["PLATFORM_KEYS_FILE"]; path != "" {
 		files := []string{path}
 		if st, err := os.Stat(path); err == nil && st.IsDir() {
-			files = nil
-			for _, pat := range []string{"*.pem", "*.crt", "*.cer", "*.der"} {
-				m, _ := filepath.Glob(filepath.Join(path, pat))
-				files = append(files, m...)
+			if files, err = keyFiles(path); err != nil {
+				return nil, fmt.Errorf("channel %s: %s: %w", cc.Name, env("PLATFORM_KEYS_FILE"), err)
 			}
-			sort.Strings(files)
 		}
 		for _, f := range files {
 			b, err := os.ReadFile(f)
@@ -362,4 +360,35 @@ func platformKeys(cc ChannelConfig, env func(string) string) ([]channel.PublicKe
 		return nil, fmt.Errorf("channel %s: no platform key: set %s or %s", cc.Name, env("PLATFORM_KEYS"), env("PLATFORM_KEYS_FILE"))
 	}
 	return keys, nil
+}
+
+// keyExtensions are the file names a directory of platform keys holds,
+// compared in lower case (a download may be named APICLIENT.PEM).
+var keyExtensions = map[string]bool{".pem": true, ".crt": true, ".cer": true, ".der": true}
+
+// keyFiles lists the key and certificate files of dir by their
+// extensions in any case, sorted; other files (notes, a mounted secret's
+// "..data" bookkeeping) and subdirectories are passed over.
+func keyFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !keyExtensions[strings.ToLower(filepath.Ext(name))] {
+			continue
+		}
+		full := filepath.Join(dir, name)
+		st, err := os.Stat(full) // follows links, as a mounted secret's files are
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			files = append(files, full)
+		}
+	}
+	sort.Strings(files)
+	return files, nil
 }

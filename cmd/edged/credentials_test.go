@@ -77,6 +77,15 @@ func TestCredentialForms(t *testing.T) {
 			t.Errorf("certificates %+v", certs["wx"])
 		}
 	})
+	t.Run("wechat directory, extensions in upper case", func(t *testing.T) {
+		upper := t.TempDir()
+		os.WriteFile(filepath.Join(upper, "WECHATPAY_"+wx.Serial+".CRT"), []byte(pemBlock("CERTIFICATE", cert)), 0o600)
+		os.WriteFile(filepath.Join(upper, "PUB_KEY_ID_0116.PEM"), []byte(pemBlock("PUBLIC KEY", der(wx2.PublicKeyBase64()))), 0o600)
+		certs := builds(t, append(wxBase, "EDGE_CHANNEL_WX_PLATFORM_KEYS_FILE="+upper)...)
+		if len(certs["wx"]) != 1 || certs["wx"][0].Serial != wx.Serial {
+			t.Errorf("certificates %+v, want the .CRT file's", certs["wx"])
+		}
+	})
 	t.Run("wechat DER certificate file", func(t *testing.T) {
 		f := filepath.Join(t.TempDir(), "platform.cer")
 		os.WriteFile(f, cert, 0o600)

@@ -85,10 +85,10 @@ func (l *lazyStore) ResolveReview(ctx context.Context, id int64, resolution, by 
 	return s.ResolveReview(ctx, id, resolution, by)
 }
 
-func (l *lazyStore) ResolveRedriven(ctx context.Context, id int64, resolution, by string) error {
+func (l *lazyStore) ResolveRedriven(ctx context.Context, id int64, resolution, by string) (bool, error) {
 	s, err := l.get()
 	if err != nil {
-		return err
+		return false, err
 	}
 	return s.ResolveRedriven(ctx, id, resolution, by)
 }
@@ -125,12 +125,12 @@ func (l *lazyStore) PatchOrder(ctx context.Context, orderNo string, amount int64
 	return s.PatchOrder(ctx, orderNo, amount, currency)
 }
 
-func (l *lazyStore) OrderHistory(ctx context.Context, orderNo string) (durable.OrderHistory, error) {
+func (l *lazyStore) OrderHistory(ctx context.Context, orderNo string, limit int) (durable.OrderHistory, error) {
 	s, err := l.get()
 	if err != nil {
 		return durable.OrderHistory{}, err
 	}
-	return s.OrderHistory(ctx, orderNo)
+	return s.OrderHistory(ctx, orderNo, limit)
 }
 
 func (l *lazyStore) OrderEvent(ctx context.Context, orderNo string, e durable.Event, requestID string) (durable.Result, error) {

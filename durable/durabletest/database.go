@@ -182,3 +182,27 @@ func WaitCancelled(t testing.TB, db *pgxpool.Pool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// WaitLockWaiters waits until at least n sessions of db's database wait
+// for a lock while running a query that matches like (SQL LIKE; "%" for
+// any): a test's way to know a request reached the row another transaction
+// holds. It fails the test with the count it last saw after a deadline
+// generous enough for a loaded machine.
+func WaitLockWaiters(t testing.TB, db *pgxpool.Pool, n int, like string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var got int
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, like).Scan(&got); err != nil {
+			t.Fatalf("count lock waiters: %v", err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions wait for a lock running %q after 30 s, want %d", got, like, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
