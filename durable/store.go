@@ -54,11 +54,13 @@ type Config struct {
 	LockTimeout time.Duration
 	// IdleInTxTimeout ends a transaction its client abandoned (default 10s).
 	IdleInTxTimeout time.Duration
-	// OpsMaxConns caps the operator pool (default 2): the few connections
-	// that serve metric scrapes and the review queue (OpenReviews,
-	// OutboxBacklog, Reviews, ResolveReview), so that no number of scrapers
-	// or listings can take a connection from a callback. Operator calls
-	// beyond it queue on this pool, bounded by their own context.
+	// OpsMaxConns caps the operator pool (default 4): the few connections
+	// that serve metric scrapes, the review queue (OpenReviews,
+	// OutboxBacklog, Reviews, ResolveReview) and the orders API (PutOrder,
+	// PatchOrder, OrderHistory, OrderEvent), so that no number of scrapers,
+	// listings or order systems can take a connection from a callback.
+	// Operator calls beyond it queue on this pool, bounded by their own
+	// context.
 	OpsMaxConns int32
 	// OpsStatementTimeout is the operator pool's statement_timeout (default
 	// 5s): an operator read may take longer than a callback's budget allows,
@@ -96,7 +98,7 @@ func (c Config) withDefaults() Config {
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, 5*time.Second)
 	c.LockTimeout = cmp.Or(c.LockTimeout, c.StatementTimeout)
 	c.IdleInTxTimeout = cmp.Or(c.IdleInTxTimeout, 10*time.Second)
-	c.OpsMaxConns = cmp.Or(c.OpsMaxConns, 2)
+	c.OpsMaxConns = cmp.Or(c.OpsMaxConns, 4)
 	c.OpsStatementTimeout = cmp.Or(c.OpsStatementTimeout, 5*time.Second)
 	c.OpsLockTimeout = cmp.Or(c.OpsLockTimeout, c.OpsStatementTimeout)
 	c.GroupBatches = cmp.Or(c.GroupBatches, 2)
@@ -110,11 +112,11 @@ func (c Config) withDefaults() Config {
 //
 // It holds two pools: the callback pool (Config.MaxConns, the callback
 // budget's timeouts) for deliveries and transitions, and the small
-// operator pool (Config.OpsMaxConns, its own timeouts) for metric scrapes
-// and the review queue, which never touch the callback pool.
+// operator pool (Config.OpsMaxConns, its own timeouts) for metric scrapes,
+// the review queue and the orders API, which never touch the callback pool.
 type Store struct {
 	pool         *pgxpool.Pool // callbacks, transitions, the relay's notifier
-	ops          *pgxpool.Pool // operator reads and review resolutions
+	ops          *pgxpool.Pool // operator reads, review resolutions, the orders API
 	group        *group        // nil: one transaction per delivery
 	pokes        chan struct{}
 	closing      chan struct{}
