@@ -50,10 +50,16 @@ func TestCacheHitAllocations(t *testing.T) {
 	// As edged runs: the database's cache epoch is in every key.
 	const epoch = "7714999904600278144-1-0"
 	epochFn := func(context.Context) (string, error) { return epoch, nil }
-	cache, _ := claimcache.New(claimcache.Config{Client: client, Epoch: epochFn})
+	cache, err := claimcache.New(claimcache.Config{Client: client, Epoch: epochFn})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer cache.Close()
 	now := time.Now()
-	g, _ := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{allocSecret}, Now: func() time.Time { return now }})
+	g, err := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{allocSecret}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := New(Config{Channels: []channel.Channel{g}, Authority: noAuthority{t}, Cache: cache})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +113,10 @@ func TestCacheHitAllocations(t *testing.T) {
 
 	// With the per-node table of done entries (as edged runs), a hot
 	// duplicate makes no Redis call and allocates nothing at all.
-	local, _ := claimcache.New(claimcache.Config{Client: client, LocalEntries: 1024, Epoch: epochFn})
+	local, err := claimcache.New(claimcache.Config{Client: client, LocalEntries: 1024, Epoch: epochFn})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer local.Close()
 	if err := local.Complete(context.Background(), d.Key, d.Sum, stored); err != nil {
 		t.Fatal(err)

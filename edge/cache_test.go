@@ -216,7 +216,16 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	if err := b.redis.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // past the breaker's cooldown
+	// The breaker closes on the first request after its cooldown: send
+	// one key the rounds below do not use until it has.
+	deadline := time.Now().Add(30 * time.Second)
+	for b.metric(t, `notifyedge_cache_breaker_open{node=""}`) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker is still open 30 s after Redis came back")
+		}
+		b.post(t, payloads[n-1])
+		time.Sleep(10 * time.Millisecond)
+	}
 	replays := func() (db, cache float64) {
 		return b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_db"}`),
 			b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_cache"}`)
@@ -293,10 +302,16 @@ func TestPendingExpiresWhileOwnerIsSlow(t *testing.T) {
 	release := b.lockOrder(t, "O-slow")
 	payload := body("T-slow", "PAY_SUCCESS", "O-slow", 1999)
 	first := b.postAsync(t, payload)
-	b.waitForLockWaiters(t, 1)
-	time.Sleep(150 * time.Millisecond) // the owner's pending entry is gone now
+	durabletest.WaitLockWaiters(t, b.db, 1, "%")
+	deadline := time.Now().Add(30 * time.Second)
+	for b.redisKeys(t) != 0 { // the owner's pending entry expires
+		if time.Now().After(deadline) {
+			t.Fatal("the owner's pending entry outlived its 100 ms TTL by 30 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	second := b.postAsync(t, payload)
-	b.waitForLockWaiters(t, 2) // the second waits on the first's claim
+	durabletest.WaitLockWaiters(t, b.db, 2, "%") // the second waits on the first's claim
 	release()
 	r1, r2 := <-first, <-second
 	if r1.status != 200 || r2.status != 200 || r1.body != r2.body || r1.replayed == r2.replayed {
@@ -313,17 +328,6 @@ func TestPendingExpiresWhileOwnerIsSlow(t *testing.T) {
 	}
 	if r3 := b.post(t, payload); !r3.replayed || r3.body != r1.body {
 		t.Errorf("third: %+v", r3)
-	}
-}
-
-func (b *bundle) waitForLockWaiters(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d requests waiting on a lock", n)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

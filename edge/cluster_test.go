@@ -73,7 +73,20 @@ func TestClusterMasterKilledMidLoad(t *testing.T) {
 	wg.Add(2)
 	go storm(a)
 	go storm(b)
-	time.Sleep(100 * time.Millisecond)
+	// Kill the master once the storm is under way (a tenth of it answered).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		under := sent >= len(payloads)*4
+		mu.Unlock()
+		if under {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the storm did not get under way within 60 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	victim.Kill()
 	wg.Wait()
 	if len(wrong) > 0 {

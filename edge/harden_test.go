@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,8 +182,16 @@ func TestTotalConnectionCapJSON(t *testing.T) {
 	for range 2 {
 		c := dialFrom(t, "", addr)
 		defer c.Close()
+		// Answered, so accepted and counted: the connection stays open.
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 	}
-	time.Sleep(50 * time.Millisecond) // both accepted
 	code, answer := rawRequest(t, "", addr, "GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n")
 	if code != http.StatusServiceUnavailable || !strings.Contains(answer, `"code":"FAIL"`) {
 		t.Errorf("over the total cap: %d %s, want 503 in the answers' JSON", code, answer)
@@ -215,10 +224,15 @@ func TestLogsRedactedAndBounded(t *testing.T) {
 			c.Close()
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The server logs after it closed the connection: wait for the line.
+	deadline := time.Now().Add(30 * time.Second)
 	out := logs.String()
-	if !strings.Contains(out, "malformed") && !strings.Contains(out, "http layer") {
-		t.Errorf("the malformed requests were not logged at all:\n%s", out)
+	for !strings.Contains(out, "malformed") && !strings.Contains(out, "http layer") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the malformed requests were not logged at all:\n%s", out)
+		}
+		time.Sleep(time.Millisecond)
+		out = logs.String()
 	}
 	for _, s := range secrets {
 		if strings.Contains(out, s) {
@@ -394,36 +408,59 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 	if err := durabletest.SeedOrders(ctx, b.dbURL, orders); err != nil {
 		t.Fatal(err)
 	}
+	// Each scraper records its answered scrapes' end times; callbacks
+	// start once every scraper has been answered, and the test asks that
+	// every scraper was answered again while the callbacks ran: scrapes and
+	// callbacks overlapped, and neither starved the other.
 	stop := make(chan struct{})
-	var scrapes, scrapeFailures sync.Map
+	const scraperCount = 8
+	var scrapeMu sync.Mutex
+	scrapeEnds := make([][]time.Time, scraperCount)
+	var scrapeFailures atomic.Int64
 	var scrapers sync.WaitGroup
-	for w := range 8 {
+	for w := range scraperCount {
 		scrapers.Add(1)
 		go func() {
 			defer scrapers.Done()
-			ok, bad := 0, 0
 			for {
 				select {
 				case <-stop:
-					scrapes.Store(w, ok)
-					scrapeFailures.Store(w, bad)
 					return
 				default:
 				}
 				resp, err := b.client.Get(b.adminURL + "/metrics")
 				if err != nil {
-					bad++
+					scrapeFailures.Add(1)
 					continue
 				}
 				raw, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode == 200 && bytes.Contains(raw, []byte("notifyedge_outbox_pending ")) {
-					ok++
-				} else {
-					bad++
+				if resp.StatusCode != 200 || !bytes.Contains(raw, []byte("notifyedge_outbox_pending ")) {
+					scrapeFailures.Add(1)
+					continue
 				}
+				scrapeMu.Lock()
+				scrapeEnds[w] = append(scrapeEnds[w], time.Now())
+				scrapeMu.Unlock()
 			}
 		}()
+	}
+	answeredSince := func(since time.Time) (scrapers, scrapes int) {
+		scrapeMu.Lock()
+		defer scrapeMu.Unlock()
+		for _, ends := range scrapeEnds {
+			n := 0
+			for _, e := range ends {
+				if e.After(since) {
+					n++
+				}
+			}
+			if n > 0 {
+				scrapers++
+			}
+			scrapes += n
+		}
+		return scrapers, scrapes
 	}
 	// Watch what the callback pool's sessions run: never an operator read.
 	var onCallbackPool sync.Map
@@ -451,7 +488,17 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 			rows.Close()
 		}
 	}()
-	time.Sleep(200 * time.Millisecond) // the scrapers are at it
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if w, _ := answeredSince(time.Time{}); w == scraperCount {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not every scraper was answered within 60 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	callbacksStart := time.Now()
 	jobs := make(chan int)
 	var mu sync.Mutex
 	var failures []string
@@ -475,16 +522,26 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 	}
 	close(jobs)
 	workers.Wait()
+	// Every scraper is answered once more after the callbacks ended: a
+	// scrape in flight then overlapped them.
+	callbacksEnd := time.Now()
+	for {
+		if w, _ := answeredSince(callbacksEnd); w == scraperCount {
+			break
+		}
+		if time.Now().After(deadline.Add(60 * time.Second)) {
+			t.Fatal("not every scraper was answered after the callbacks")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	close(stop)
 	scrapers.Wait()
-	total, bad := 0, 0
-	scrapes.Range(func(_, v any) bool { total += v.(int); return true })
-	scrapeFailures.Range(func(_, v any) bool { bad += v.(int); return true })
+	_, total := answeredSince(callbacksStart)
 	if len(failures) > 0 {
 		t.Errorf("%d of %d callbacks failed while /metrics was scraped, first: %s", len(failures), n, failures[0])
 	}
-	if total < 20 || bad > 0 {
-		t.Errorf("%d scrapes with the backlog gauges, %d without: the scrapers must have been at it, and answered", total, bad)
+	if bad := scrapeFailures.Load(); bad > 0 {
+		t.Errorf("%d scrapes failed or lacked the backlog gauges", bad)
 	}
 	onCallbackPool.Range(func(q, _ any) bool {
 		t.Errorf("an operator read ran on the callback pool: %.120s", q)

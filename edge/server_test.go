@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
@@ -109,16 +110,19 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 	ctx := context.Background()
 	release := b.lockOrder(t, "O-g")
 	answered := b.postAsync(t, body("T-g", "PAY_SUCCESS", "O-g", 1999))
-	b.waitForLockWaiters(t, 1)
+	durabletest.WaitLockWaiters(t, b.db, 1, "%")
 	shut := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		shut <- b.server.Shutdown(sctx)
 	}()
-	time.Sleep(100 * time.Millisecond)
-	if !b.server.Draining() {
-		t.Error("not draining during Shutdown")
+	deadline := time.Now().Add(30 * time.Second)
+	for !b.server.Draining() {
+		if time.Now().After(deadline) {
+			t.Fatal("not draining 30 s after Shutdown began")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	release()
 	if got := <-answered; got.status != 200 || !strings.Contains(got.body, `"applied"`) {
