@@ -72,6 +72,10 @@ type Config struct {
 	// aborts the run there without acknowledging or releasing the lease,
 	// as a crash would (tests force a redelivery with it).
 	beforeAck func(redisstream.Message) error
+	// afterFailure, when set, runs after a failed attempt that will be
+	// retried, with the delay chosen before the next one (tests check
+	// the backoff with it, not with the wall clock).
+	afterFailure func(m redisstream.Message, attempt int, wait time.Duration)
 }
 
 // Key names derived from the stream.
@@ -425,6 +429,9 @@ func (f *forwarder) process(ctx, work context.Context, xm redis.XMessage) error 
 		}
 		wait := backoff(attempt, cfg.BackoffMin, cfg.BackoffMax)
 		cfg.Metrics.forward.WithLabelValues(resultRetried).Inc()
+		if cfg.afterFailure != nil {
+			cfg.afterFailure(m, attempt, wait)
+		}
 		if ok, suppressed := f.retryLog.allow(); ok {
 			cfg.Log.Warn("delivery failed, will retry", "outbox_id", m.OutboxID, "order_no", m.OrderNo,
 				"attempt", attempt, "backoff", wait.String(), "error", err.Error(), "suppressed", suppressed)
