@@ -138,7 +138,7 @@ func TestRedeliveryAfterCrashBeforeAck(t *testing.T) {
 	msgs := e.publish(6, "A", "B", "C")
 	victim := msgs[7] // A's third event
 	cfg := e.config("f1")
-	var crashed atomic.Bool // partitions call the hook concurrently
+	var crashed atomic.Bool // workers call the hook concurrently
 	cfg.beforeAck = func(m redisstream.Message) error {
 		if m.OutboxID == victim.ID && crashed.CompareAndSwap(false, true) {
 			return errors.New("simulated crash")
