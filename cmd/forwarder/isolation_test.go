@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
 )
 
 // deliveryBound is how soon the events of orders that do not fail must
@@ -180,7 +178,7 @@ func metricValue(m *Metrics, name string) (float64, bool) {
 		if f.GetName() != name || len(f.GetMetric()) != 1 {
 			continue
 		}
-		var d *dto.Metric = f.GetMetric()[0]
+		d := f.GetMetric()[0]
 		if g := d.GetGauge(); g != nil {
 			return g.GetValue(), true
 		}
