@@ -89,7 +89,7 @@ func (f *forwarder) bury(work context.Context, xm redis.XMessage, reason string,
 
 // addDead XADDs the entry to the dead-letter stream under its own id, so a
 // second try after a crash or a lost reply finds it there instead of
-// adding it twice. When the dead stream is already past that id (partitions
+// adding it twice. When the dead stream is already past that id (workers
 // bury concurrently) it is added under a fresh id.
 func (f *forwarder) addDead(ctx context.Context, xm redis.XMessage, reason string, attempts int) error {
 	cfg := f.cfg

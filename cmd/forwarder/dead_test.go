@@ -24,12 +24,12 @@ func TestDeadLetterAndRedrive(t *testing.T) {
 	e := newTestEnv(t)
 	cfg := e.config("f1")
 	cfg.MaxAge = 300 * time.Millisecond
-	// E flows in a partition of its own: D's retries must not hold it.
+	// E flows beside D and G, hashed to the lane D once shared with it:
+	// D's retries must not hold it.
 	const D, G = "dies", "stays-dead"
 	E := ""
 	for i := 0; E == ""; i++ {
-		if o := fmt.Sprintf("E-%d", i); partition(o, cfg.Partitions) != partition(D, cfg.Partitions) &&
-			partition(o, cfg.Partitions) != partition(G, cfg.Partitions) {
+		if o := fmt.Sprintf("E-%d", i); oldLane(o, cfg.Partitions) == oldLane(D, cfg.Partitions) {
 			E = o
 		}
 	}

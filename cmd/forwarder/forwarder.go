@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -49,12 +48,16 @@ type Config struct {
 	// BackoffMin and BackoffMax bound the retry delay: full jitter over
 	// BackoffMin doubling per attempt up to BackoffMax (defaults 100ms, 30s).
 	BackoffMin, BackoffMax time.Duration
-	// Partitions is how many orders are forwarded at once (default 8):
-	// each order always maps to the same partition, which forwards its
-	// events one by one in stream order.
+	// Partitions is how many events are POSTed at once (default 8), each
+	// of a different order: the number of workers. Any worker may take any
+	// order, but an order's events go one by one, in stream order.
 	Partitions int
 	// Batch is how many entries one stream read takes (default 100).
 	Batch int64
+	// MaxHeld is how many entries of held orders (orders waiting for a
+	// failed event's retry) are kept in memory before reading pauses
+	// (default 100000): a bound for when the receiver refuses most orders.
+	MaxHeld int
 	// Block is how long a read waits for new entries (default 1s).
 	Block time.Duration
 	// RedriveGiveUp is how long Redrive retries one dead entry before it
@@ -72,6 +75,10 @@ type Config struct {
 	// aborts the run there without acknowledging or releasing the lease,
 	// as a crash would (tests force a redelivery with it).
 	beforeAck func(redisstream.Message) error
+	// afterFailure, when set, runs after a failed attempt that will be
+	// retried, with the delay chosen before the next one (tests check
+	// the backoff with it, not with the wall clock).
+	afterFailure func(m redisstream.Message, attempt int, wait time.Duration)
 }
 
 // Key names derived from the stream.
@@ -99,6 +106,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Partitions = max(c.Partitions, 0)
 	c.Partitions = cmp.Or(c.Partitions, 8)
 	c.Batch = cmp.Or(c.Batch, 100)
+	c.MaxHeld = cmp.Or(max(c.MaxHeld, 0), 100000)
 	c.Block = cmp.Or(c.Block, time.Second)
 	c.RedriveGiveUp = cmp.Or(c.RedriveGiveUp, time.Minute)
 	if c.Log == nil {
@@ -137,8 +145,9 @@ type forwarder struct {
 	dead     deadOrders
 	retryLog rateLog
 	redisLog rateLog
-	// lanes of the current term, for the lag gauge; nil while standby.
-	lanes atomic.Pointer[[]*lane]
+	// sched is the current term's scheduler, for the lag gauge; nil while
+	// standby.
+	sched atomic.Pointer[scheduler]
 }
 
 func newForwarder(cfg Config) *forwarder {
@@ -158,7 +167,7 @@ var errCrash = errors.New("forwarder: aborted before ack")
 // Run forwards the stream until ctx ends: it waits for the group's lease
 // (standby while another forwarder holds it), then claims every entry the
 // group has pending, forwards them and then new entries in stream order
-// per partition, and gives the lease up on return. It returns nil once ctx
+// per order, and gives the lease up on return. It returns nil once ctx
 // ended, after the attempts in flight finished.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
@@ -226,23 +235,34 @@ func (f *forwarder) term(ctx context.Context, start time.Time) error {
 	if err := f.dead.load(work, cfg.Client, cfg.DeadStream+deadOrdersSuffix); err != nil {
 		return err
 	}
-	lanes := make([]*lane, cfg.Partitions)
+	// Up to a batch per worker of entries that can flow are read ahead:
+	// enough that the workers never wait for a read, few enough to bound
+	// memory. Entries of held orders have a cap of their own.
+	sched := newScheduler(cfg.Partitions*int(cfg.Batch), cfg.MaxHeld,
+		func(n int) { cfg.Metrics.held.Set(float64(n)) })
+	defer cfg.Metrics.held.Set(0) // after the workers returned: none is held any more
+	stopOnCtx := context.AfterFunc(ctx, sched.close)
+	defer stopOnCtx()
+	stopOnWork := context.AfterFunc(work, sched.close)
+	defer stopOnWork()
 	var wg sync.WaitGroup
-	for i := range lanes {
-		lanes[i] = &lane{ch: make(chan redis.XMessage, cfg.Batch)}
+	for range cfg.Partitions {
 		wg.Go(func() {
-			if err := f.runLane(ctx, work, lanes[i]); err != nil {
+			if err := f.worker(ctx, work, sched); err != nil {
 				crashed.Store(errors.Is(err, errCrash))
 				abort(err)
 			}
 		})
 	}
-	f.lanes.Store(&lanes)
-	defer f.lanes.Store(nil)
-	err := f.dispatch(ctx, work, lanes)
+	f.sched.Store(sched)
+	defer f.sched.Store(nil)
+	err := f.dispatch(ctx, work, sched)
 	if err != nil {
-		abort(err) // the lanes stop too; the next term claims what they held
+		abort(err) // the workers stop too; the next term claims what they held
 	}
+	// Nothing is read any more: once ctx ended, the workers return after
+	// their attempts in flight.
+	sched.close()
 	wg.Wait()
 	if cause := context.Cause(work); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
@@ -259,30 +279,23 @@ func (f *forwarder) ensureGroup(ctx context.Context) error {
 	return nil
 }
 
-// dispatch feeds the lanes: first every entry pending in the group, whoever
-// holds it (the lease says its holder is gone), then new entries; both in
-// stream order, so each lane sees its orders' events in outbox order.
-func (f *forwarder) dispatch(ctx, work context.Context, lanes []*lane) error {
+// dispatch feeds the scheduler: first every entry pending in the group,
+// whoever holds it (the lease says its holder is gone), then new entries;
+// both in stream order, so each order's queue is in outbox order. Before
+// each read it waits for room in the scheduler.
+func (f *forwarder) dispatch(ctx, work context.Context, sched *scheduler) error {
 	cfg := f.cfg
-	send := func(msgs []redis.XMessage) bool {
+	send := func(msgs []redis.XMessage) {
 		for _, xm := range msgs {
-			ln := lanes[partition(orderOf(xm), len(lanes))]
-			select {
-			case ln.ch <- xm:
-			case <-ctx.Done():
-				return false
-			case <-work.Done():
-				return false
-			}
+			sched.add(xm)
 		}
-		return true
 	}
 	// Claim the pending entries of every consumer of the group. Entries
 	// above the group's last-delivered id were never read, so all of these
 	// come before anything ">" returns.
 	cursor := "0-0"
 	for {
-		if ctx.Err() != nil || work.Err() != nil {
+		if ctx.Err() != nil || work.Err() != nil || !sched.waitRoom() {
 			return nil
 		}
 		msgs, next, err := cfg.Client.XAutoClaim(work, &redis.XAutoClaimArgs{
@@ -291,16 +304,14 @@ func (f *forwarder) dispatch(ctx, work context.Context, lanes []*lane) error {
 		if err != nil {
 			return fmt.Errorf("xautoclaim: %w", err)
 		}
-		if !send(msgs) {
-			return nil
-		}
+		send(msgs)
 		if next == "0-0" || next == "" {
 			break
 		}
 		cursor = next
 	}
 	f.forgetIdleConsumers(work)
-	for ctx.Err() == nil && work.Err() == nil {
+	for ctx.Err() == nil && work.Err() == nil && sched.waitRoom() {
 		streams, err := cfg.Client.XReadGroup(work, &redis.XReadGroupArgs{
 			Group: cfg.Group, Consumer: cfg.Name, Streams: []string{cfg.Stream, ">"},
 			Count: cfg.Batch, Block: cfg.Block,
@@ -323,9 +334,7 @@ func (f *forwarder) dispatch(ctx, work context.Context, lanes []*lane) error {
 			continue
 		}
 		for _, s := range streams {
-			if !send(s.Messages) {
-				return nil
-			}
+			send(s.Messages)
 		}
 	}
 	return nil
@@ -348,93 +357,97 @@ func (f *forwarder) forgetIdleConsumers(ctx context.Context) {
 	}
 }
 
-// lane forwards the entries of its orders one at a time.
-type lane struct {
-	ch chan redis.XMessage
-	// head is the stream time (unix ms) of the entry in hand, 0 when idle.
-	head atomic.Int64
-}
-
-// runLane processes its entries until ctx ends (after the attempt in
-// flight) or work ends (lease lost: at once).
-func (f *forwarder) runLane(ctx, work context.Context, ln *lane) error {
+// worker makes attempts on the orders the scheduler hands it until the
+// scheduler closes, or until the term stops (ctx: after the attempt in
+// flight; work: at once).
+func (f *forwarder) worker(ctx, work context.Context, s *scheduler) error {
 	for {
-		select {
-		case <-ctx.Done():
+		q, xm, failures, ok := s.next()
+		if !ok {
 			return nil
-		case <-work.Done():
-			return nil
-		case xm := <-ln.ch:
-			ln.head.Store(entryTime(xm.ID).UnixMilli())
-			err := f.process(ctx, work, xm)
-			ln.head.Store(0)
-			if err != nil {
-				return err
-			}
+		}
+		res, err := f.attempt(ctx, work, xm, failures+1)
+		switch {
+		case err != nil:
+			return err
+		case res.stopped:
+			return nil // the entry stays pending: the next term claims it
+		case res.failed:
+			s.failed(q, res.retryIn)
+		default:
+			s.done(q)
 		}
 	}
 }
 
-// process delivers one entry, retrying until a 2xx, until it is older than
-// MaxAge (then dead-letters it), or until the run stops. An entry left
-// unacknowledged stays pending and is claimed again by the next term.
-func (f *forwarder) process(ctx, work context.Context, xm redis.XMessage) error {
+// attemptResult is what one attempt leaves to do with its entry.
+type attemptResult struct {
+	// failed: the receiver did not take it; try again after retryIn.
+	failed  bool
+	retryIn time.Duration
+	// stopped: the term is ending; the entry stays unacknowledged.
+	stopped bool
+}
+
+// attempt makes the given attempt (1 for the first) at delivering one
+// entry. The entry is finished (the zero result) when it was acknowledged
+// after a 2xx, dead-lettered (older than MaxAge, undecodable, or behind an
+// earlier dead event of its order), or no longer in the stream. An entry
+// left unacknowledged stays pending and is claimed again by the next term.
+func (f *forwarder) attempt(ctx, work context.Context, xm redis.XMessage, attempt int) (attemptResult, error) {
 	cfg := f.cfg
+	if ctx.Err() != nil || work.Err() != nil {
+		return attemptResult{stopped: true}, nil
+	}
 	if len(xm.Values) == 0 {
 		// Trimmed or deleted from the stream while pending: nothing to send.
 		cfg.Log.Warn("pending entry no longer in the stream", "stream_id", xm.ID)
 		f.ack(work, xm.ID)
-		return nil
+		return attemptResult{}, nil
 	}
 	m, err := decode(xm)
 	if err != nil {
 		f.bury(work, xm, err.Error(), 0)
-		return nil
+		return attemptResult{}, nil
 	}
 	if f.dead.has(m.OrderNo) {
 		f.bury(work, xm, "order "+m.OrderNo+" has an earlier event in "+cfg.DeadStream, 0)
-		return nil
+		return attemptResult{}, nil
 	}
 	body, err := buildBody(m)
 	if err != nil {
 		f.bury(work, xm, err.Error(), 0)
-		return nil
+		return attemptResult{}, nil
 	}
-	for attempt := 1; ; attempt++ {
-		if ctx.Err() != nil || work.Err() != nil {
-			return nil
-		}
-		err := f.sender.post(work, m.OutboxID, body)
-		if err == nil {
-			if cfg.beforeAck != nil {
-				if err := cfg.beforeAck(m); err != nil {
-					return fmt.Errorf("%w: %w", errCrash, err)
-				}
+	err = f.sender.post(work, m.OutboxID, body)
+	if err == nil {
+		if cfg.beforeAck != nil {
+			if err := cfg.beforeAck(m); err != nil {
+				return attemptResult{}, fmt.Errorf("%w: %w", errCrash, err)
 			}
-			if f.ack(work, xm.ID) {
-				cfg.Metrics.forward.WithLabelValues(resultDelivered).Inc()
-			}
-			return nil
 		}
-		if work.Err() != nil {
-			return nil // the lease lapsed mid-POST: not the receiver's failure
+		if f.ack(work, xm.ID) {
+			cfg.Metrics.forward.WithLabelValues(resultDelivered).Inc()
 		}
-		if age := f.age(xm.ID); age > cfg.MaxAge {
-			f.bury(work, xm, err.Error(), attempt)
-			return nil
-		}
-		wait := backoff(attempt, cfg.BackoffMin, cfg.BackoffMax)
-		cfg.Metrics.forward.WithLabelValues(resultRetried).Inc()
-		if ok, suppressed := f.retryLog.allow(); ok {
-			cfg.Log.Warn("delivery failed, will retry", "outbox_id", m.OutboxID, "order_no", m.OrderNo,
-				"attempt", attempt, "backoff", wait.String(), "error", err.Error(), "suppressed", suppressed)
-		}
-		select {
-		case <-ctx.Done():
-		case <-work.Done():
-		case <-time.After(wait):
-		}
+		return attemptResult{}, nil
 	}
+	if work.Err() != nil {
+		return attemptResult{stopped: true}, nil // the lease lapsed mid-POST: not the receiver's failure
+	}
+	if age := f.age(xm.ID); age > cfg.MaxAge {
+		f.bury(work, xm, err.Error(), attempt)
+		return attemptResult{}, nil
+	}
+	wait := backoff(attempt, cfg.BackoffMin, cfg.BackoffMax)
+	cfg.Metrics.forward.WithLabelValues(resultRetried).Inc()
+	if cfg.afterFailure != nil {
+		cfg.afterFailure(m, attempt, wait)
+	}
+	if ok, suppressed := f.retryLog.allow(); ok {
+		cfg.Log.Warn("delivery failed, will retry", "outbox_id", m.OutboxID, "order_no", m.OrderNo,
+			"attempt", attempt, "backoff", wait.String(), "error", err.Error(), "suppressed", suppressed)
+	}
+	return attemptResult{failed: true, retryIn: wait}, nil
 }
 
 // ack acknowledges an entry, retrying while the lease holds. False when it
@@ -476,30 +489,18 @@ func (f *forwarder) age(id string) time.Duration {
 }
 
 // lag is the age of the oldest entry this forwarder has read and not
-// finished (delivered or dead-lettered), 0 when it has none in hand.
+// finished (delivered or dead-lettered), 0 when it has none in hand. The
+// entries queued behind a held order count: they are in hand too.
 func (f *forwarder) lag() float64 {
-	lanes := f.lanes.Load()
-	if lanes == nil {
+	sched := f.sched.Load()
+	if sched == nil {
 		return 0
 	}
-	var oldest int64
-	for _, ln := range *lanes {
-		if h := ln.head.Load(); h != 0 && (oldest == 0 || h < oldest) {
-			oldest = h
-		}
-	}
-	if oldest == 0 {
+	oldest := sched.oldest()
+	if oldest.IsZero() {
 		return 0
 	}
-	return max(0, f.lease.now().Sub(time.UnixMilli(oldest)).Seconds())
-}
-
-// partition maps an order to its lane: always the same one, so one
-// goroutine forwards all of an order's events.
-func partition(orderNo string, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(orderNo))
-	return int(h.Sum32() % uint32(n))
+	return max(0, f.lease.now().Sub(oldest).Seconds())
 }
 
 func orderOf(xm redis.XMessage) string {

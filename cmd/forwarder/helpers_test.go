@@ -188,13 +188,22 @@ func (e *testEnv) checkOrder(got []accepted, orders ...string) {
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !pollUntil(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// pollUntil polls cond every 10 ms until it holds (true) or the timeout
+// passes (false), for a caller that reports the miss itself.
+func pollUntil(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 func counter(m *Metrics, result string) float64 {
@@ -238,10 +247,14 @@ type receiver struct {
 	times    map[string][]time.Time
 	problems []string
 	behave   func(order string, outboxID int64, attempt int) verdict
+	// inflight counts the requests of each order being answered; overlaps
+	// lists the orders that had two at once.
+	inflight map[string]int
+	overlaps []string
 }
 
 func newReceiver(t *testing.T, key []byte) *receiver {
-	r := &receiver{t: t, key: key, attempts: map[string]int{}, times: map[string][]time.Time{}}
+	r := &receiver{t: t, key: key, attempts: map[string]int{}, times: map[string][]time.Time{}, inflight: map[string]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(r.srv.Close)
 	return r
@@ -287,6 +300,14 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.attempts[id]++
 	r.times[id] = append(r.times[id], time.Now())
+	if r.inflight[doc.OrderNo]++; r.inflight[doc.OrderNo] > 1 {
+		r.overlaps = append(r.overlaps, doc.OrderNo)
+	}
+	defer func() {
+		r.mu.Lock()
+		r.inflight[doc.OrderNo]--
+		r.mu.Unlock()
+	}()
 	v := verdict{status: http.StatusNoContent}
 	if r.behave != nil {
 		v = r.behave(doc.OrderNo, doc.OutboxID, r.attempts[id])
@@ -351,6 +372,13 @@ func (r *receiver) checkNoProblems() {
 	if len(r.problems) > 0 {
 		r.t.Errorf("receiver refused %d requests, first: %s", len(r.problems), r.problems[0])
 	}
+}
+
+// overlapping returns the orders that had two requests answered at once.
+func (r *receiver) overlapping() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.overlaps)
 }
 
 func (r *receiver) acceptedAt(outboxID int64) time.Time {

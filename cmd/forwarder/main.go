@@ -3,10 +3,11 @@
 // FORWARD_URL as a Standard Webhooks message (webhook-id = the outbox id),
 // acknowledging only after a 2xx. Each order's events reach the receiver
 // in outbox order: one forwarder per group is active (a lease in Redis),
-// and within it each order maps to one partition that forwards its events
-// one by one. An event that fails for longer than FORWARD_MAX_AGE moves to
-// the dead-letter stream with every later event of its order; -redrive-dead
-// delivers them once the receiver is fixed.
+// and within it each order's events go one by one while other orders go
+// beside them, so an order whose receiver refuses it holds back only its
+// own later events. An event that fails for longer than FORWARD_MAX_AGE
+// moves to the dead-letter stream with every later event of its order;
+// -redrive-dead delivers them once the receiver is fixed.
 //
 //	EDGE_STREAM_URL=redis://... FORWARD_URL=https://... FORWARD_SECRET=whsec_... forwarder [flags]
 //	... forwarder -redrive-dead     (with no forwarder of the group running)
@@ -112,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	target, _ := url.Parse(cfg.URL)
 	log.Info("forwarder starting", "stream", cfg.Stream, "group", cfg.Group, "name", cfg.Name,
-		"url", target.Redacted(), "dead_stream", cfg.DeadStream, "partitions", cfg.Partitions,
+		"url", target.Redacted(), "dead_stream", cfg.DeadStream, "partitions", cfg.Partitions, "max_held", cfg.MaxHeld,
 		"max_age", cfg.MaxAge.String(), "admin", ln.Addr().String())
 	if err := Run(ctx, cfg); err != nil {
 		log.Error("forwarder stopped", "error", err.Error())
@@ -168,7 +169,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", dur("FORWARD_LEASE_TTL", 10*time.Second), "single-active-forwarder lease; a killed forwarder's successor waits up to this (FORWARD_LEASE_TTL)")
 	fs.DurationVar(&c.BackoffMin, "backoff-min", dur("FORWARD_BACKOFF_MIN", 100*time.Millisecond), "first retry delay ceiling (full jitter) (FORWARD_BACKOFF_MIN)")
 	fs.DurationVar(&c.BackoffMax, "backoff-max", dur("FORWARD_BACKOFF_MAX", 30*time.Second), "retry delay cap (FORWARD_BACKOFF_MAX)")
-	fs.IntVar(&c.Partitions, "partitions", num("FORWARD_PARTITIONS", 8), "orders forwarded at once; one order's events always go one by one (FORWARD_PARTITIONS)")
+	fs.IntVar(&c.Partitions, "partitions", num("FORWARD_PARTITIONS", 8), "events POSTed at once, each of a different order; one order's events always go one by one (FORWARD_PARTITIONS)")
+	fs.IntVar(&c.MaxHeld, "max-held", num("FORWARD_MAX_HELD", 100000), "events of orders held behind a failed event kept in memory; beyond it, reading pauses (FORWARD_MAX_HELD)")
 	fs.DurationVar(&c.RedriveGiveUp, "redrive-give-up", dur("FORWARD_REDRIVE_GIVE_UP", time.Minute), "with -redrive-dead: how long to retry one entry before leaving its order dead (FORWARD_REDRIVE_GIVE_UP)")
 	fs.StringVar(&o.adminListen, "admin-listen", env("FORWARD_ADMIN_LISTEN", "127.0.0.1:9091"), "admin listener for /metrics and /healthz (FORWARD_ADMIN_LISTEN)")
 	fs.BoolVar(&o.redrive, "redrive-dead", false, "deliver the dead-letter stream in order, clear the orders delivered, and exit (0 when it is empty)")
@@ -217,6 +219,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	}
 	if c.Partitions <= 0 {
 		errs = append(errs, errors.New("-partitions must be positive"))
+	}
+	if c.MaxHeld <= 0 {
+		errs = append(errs, errors.New("-max-held must be positive"))
 	}
 	return o, errors.Join(errs...)
 }

@@ -14,13 +14,14 @@ func TestOptions(t *testing.T) {
 	base := map[string]string{
 		"EDGE_STREAM_URL": "redis://127.0.0.1:1/0", "FORWARD_URL": "https://user:pw@example.test/hook",
 		"FORWARD_SECRET": secret, "FORWARD_MAX_AGE": "2h", "FORWARD_GROUP": "g1", "FORWARD_PARTITIONS": "3",
+		"FORWARD_MAX_HELD": "500",
 	}
 	o, err := parseOptions(nil, env(base), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.cfg
-	if c.Stream != "notifyedge:outbox" || c.Group != "g1" || c.MaxAge != 2*time.Hour || c.Partitions != 3 ||
+	if c.Stream != "notifyedge:outbox" || c.Group != "g1" || c.MaxAge != 2*time.Hour || c.Partitions != 3 || c.MaxHeld != 500 ||
 		c.Timeout != 10*time.Second || o.adminListen != "127.0.0.1:9091" || c.Name == "" || o.redrive {
 		t.Errorf("defaults and environment: %+v admin %s", c, o.adminListen)
 	}

@@ -23,6 +23,7 @@ type Metrics struct {
 
 	forward *prometheus.CounterVec
 	active  prometheus.Gauge
+	held    prometheus.Gauge
 	lagFn   atomic.Pointer[func() float64]
 }
 
@@ -38,6 +39,10 @@ func NewMetrics() *Metrics {
 			Name: "notifyedge_forward_active",
 			Help: "1 while this forwarder holds its group's lease and forwards; 0 on standby.",
 		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "notifyedge_forward_held_orders",
+			Help: "Orders waiting behind a failed event: its retry is scheduled or in flight, and the order's later events wait while other orders flow; 0 on standby.",
+		}),
 	}
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "notifyedge_forward_lag_seconds",
@@ -48,7 +53,7 @@ func NewMetrics() *Metrics {
 		}
 		return 0
 	})
-	m.Registry.MustRegister(m.forward, m.active, lag,
+	m.Registry.MustRegister(m.forward, m.active, m.held, lag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Every result shows from the start, so rate() and alerts see a 0.
 	for _, r := range []string{resultDelivered, resultRetried, resultDead} {
