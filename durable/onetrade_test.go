@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/notifyedge/notifyedge/durable"
@@ -20,6 +21,11 @@ func wantUniqueViolation(t *testing.T, what string, err error) {
 	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "biz_order_paid_by_uniq" {
 		t.Errorf("%s: %v, want a unique violation of biz_order_paid_by_uniq", what, err)
 	}
+}
+
+// show is a Result as a test reports it.
+func show(r durable.Result) string {
+	return fmt.Sprintf("%v/%s/review %q/replayed %v", r.Outcome, r.Status, r.Review, r.Replayed)
 }
 
 // The schema holds it, not only the functions: no write makes a trade the
@@ -38,6 +44,152 @@ func TestPaidByIsUnique(t *testing.T) {
 	wantUniqueViolation(t, "INSERT of an order paid by UQ-A's payer", err)
 	if payer, _, _ := b.money(t, "UQ-B"); payer != "test:TX-B" {
 		t.Errorf("UQ-B's payer %q, want test:TX-B", payer)
+	}
+}
+
+// A payment whose trade paid another order is a conflict before anything
+// about its own order is looked at: not unknown_order, amount_mismatch,
+// PAID_AFTER_CLOSE, DUPLICATE_PAYMENT, nor applied; no claim is stored and
+// the order is untouched. The paid order's own late duplicate is skipped.
+// With group commit all of them are one batch.
+func TestPaymentOfATradeThatPaidAnotherOrder(t *testing.T) {
+	b := setup(t)
+	for i := 1; i <= 6; i++ {
+		b.seed(t, fmt.Sprintf("OT-PAID%d", i), durable.Paid, 100, fmt.Sprintf("test:T%d", i), 0)
+	}
+	b.order(t, "OT-MISMATCH", durable.PendingPay, 200, "CNY")
+	b.order(t, "OT-CLOSED", durable.Closed, 100, "CNY")
+	b.seed(t, "OT-OTHER", durable.Paid, 100, "test:OTHER", 0)
+	b.order(t, "OT-PENDING", durable.PendingPay, 100, "CNY")
+	conflicts := []durable.Notification{
+		note("T1", durable.PaySuccess, "OT-NOSUCH", 100, "CNY"),
+		note("T2", durable.PaySuccess, "OT-MISMATCH", 100, "CNY"),
+		note("T3", durable.PaySuccess, "OT-CLOSED", 100, "CNY"),
+		note("T4", durable.PaySuccess, "OT-OTHER", 100, "CNY"),
+		note("T5", durable.PaySuccess, "OT-PENDING", 100, "CNY"),
+	}
+	own := note("T6", durable.PaySuccess, "OT-PAID6", 100, "CNY")
+	fresh := payments(t, b, "OT-NEW", 3)
+	notes := append(append(append([]durable.Notification{}, conflicts...), own), fresh...)
+	got := decideAll(t, b, notes)
+	for i, n := range conflicts {
+		r := got[i]
+		if r.Outcome != durable.Conflict || r.Review != durable.ReviewPayloadConflict || r.Status != "" {
+			t.Errorf("%s for %s: %s, want conflict with PAYLOAD_CONFLICT", n.BizKey, n.OrderNo, show(r))
+		}
+		if got := b.strings(t, `SELECT reason FROM notify_review WHERE biz_key = $1 AND resolved_at IS NULL`, n.BizKey); !cmp.Equal(got, []string{"PAYLOAD_CONFLICT"}) {
+			t.Errorf("%s: open reviews %v, want PAYLOAD_CONFLICT only", n.BizKey, got)
+		}
+		if c := b.claims(t, n.BizKey); c != 0 {
+			t.Errorf("%s: %d claims, want none", n.BizKey, c)
+		}
+		if n.OrderNo != "OT-NOSUCH" && b.topics(t, n.OrderNo) != nil {
+			t.Errorf("%s: outbox rows %v", n.OrderNo, b.topics(t, n.OrderNo))
+		}
+	}
+	for order, want := range map[string]durable.State{"OT-MISMATCH": durable.PendingPay, "OT-CLOSED": durable.Closed,
+		"OT-OTHER": durable.Paid, "OT-PENDING": durable.PendingPay} {
+		if st := b.status(t, order); st != want {
+			t.Errorf("%s: %s, want %s", order, st, want)
+		}
+	}
+	if r := got[len(conflicts)]; r.Outcome != durable.Skipped || r.Status != durable.Paid || r.Review != "" {
+		t.Errorf("the paid order's own late duplicate: %s, want skipped, no review", show(r))
+	}
+	for i, n := range fresh {
+		if r := got[len(conflicts)+1+i]; r.Outcome != durable.Applied {
+			t.Errorf("%s: %s, want applied", n.BizKey, show(r))
+		}
+	}
+	for i := 1; i <= 6; i++ {
+		if payer, _, _ := b.money(t, fmt.Sprintf("OT-PAID%d", i)); payer != fmt.Sprintf("test:T%d", i) {
+			t.Errorf("OT-PAID%d paid by %q", i, payer)
+		}
+	}
+}
+
+// A batch member that pays a pending order with a trade that paid another
+// order leaves the batch's set statements: it gets its conflict, its
+// batch-mates are applied, and the batch does not fail (no member is
+// decided again alone).
+func TestGroupPaymentOfATakenTrade(t *testing.T) {
+	b := setup(t)
+	s := groupStore(t, b)
+	b.seed(t, "GT-PAID", durable.Paid, 100, "test:TX-GT", 0)
+	b.order(t, "GT-VICTIM", durable.PendingPay, 100, "CNY")
+	taken := note("TX-GT", durable.PaySuccess, "GT-VICTIM", 100, "CNY")
+	answers := oneBatch(t, b, s, "GT-SLOT", append(payments(t, b, "GT-", 6), taken))
+	for range 7 {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			t.Errorf("%s: %v", a.n.BizKey, a.err)
+		case a.n.BizKey == taken.BizKey:
+			if a.r.Outcome != durable.Conflict || a.r.Review != durable.ReviewPayloadConflict {
+				t.Errorf("the taken trade's payment: %s, want conflict with PAYLOAD_CONFLICT", show(a.r))
+			}
+		case a.r.Outcome != durable.Applied:
+			t.Errorf("%s: %s, want applied", a.n.BizKey, show(a.r))
+		}
+	}
+	st := s.GroupStats()
+	if st.Batches.Load() != 1 || st.Batched.Load() != 7 || st.Retried.Load() != 0 || st.Busy.Load() != 0 {
+		t.Errorf("%d batches decided %d deliveries, %d retried alone, %d busy; want one batch of 7, none alone",
+			st.Batches.Load(), st.Batched.Load(), st.Retried.Load(), st.Busy.Load())
+	}
+	if st := b.status(t, "GT-VICTIM"); st != durable.PendingPay || b.topics(t, "GT-VICTIM") != nil || b.claims(t, taken.BizKey) != 0 {
+		t.Errorf("GT-VICTIM: %s, outbox %v, %d claims; want PENDING_PAY, nothing", st, b.topics(t, "GT-VICTIM"), b.claims(t, taken.BizKey))
+	}
+	if n := b.openReviews(t, taken.BizKey, durable.ReviewPayloadConflict); n != 1 {
+		t.Errorf("%d open PAYLOAD_CONFLICT rows, want 1", n)
+	}
+}
+
+// An order without a payer adopts the trade a refund or close names only
+// when that trade paid no other order; otherwise the refund or close is
+// another trade's, and the order keeps no payer.
+func TestNoAdoptionOfATradeThatPaidAnotherOrder(t *testing.T) {
+	b := setup(t)
+	b.seed(t, "AD-PAID", durable.Paid, 100, "test:TX-AD", 0)
+	b.seed(t, "AD-REFUND", durable.Paid, 100, "", 0)
+	b.seed(t, "AD-CLOSE", durable.Paid, 100, "", 0)
+	b.seed(t, "AD-REFUNDED", durable.Refunded, 100, "", 100)
+	b.seed(t, "AD-FRESH", durable.Paid, 100, "", 0)
+	notes := []durable.Notification{
+		refundNote("TX-AD", "R-AD1", "AD-REFUND", 100, 40, false),
+		note("TX-AD", durable.TradeClosed, "AD-CLOSE", 100, "CNY"),
+		refundNote("TX-AD", "R-AD2", "AD-REFUNDED", 100, 30, false),
+		refundNote("TX-NEW", "R-NEW", "AD-FRESH", 100, 40, false), // adopts
+	}
+	type want struct {
+		outcome durable.Outcome
+		status  durable.State
+		review  durable.ReviewReason
+		payer   string
+		refunds []refund
+	}
+	wants := []want{
+		{durable.Skipped, durable.Paid, durable.ReviewRefundOtherTrade, "", []refund{{"test:TX-AD", "R-AD1", 40}}},
+		{durable.Skipped, durable.Paid, "", "", nil},
+		{durable.Skipped, durable.Refunded, durable.ReviewRefundOtherTrade, "", []refund{{"test:TX-AD", "R-AD2", 30}}},
+		{durable.Applied, durable.Paid, "", "test:TX-NEW", []refund{{"test:TX-NEW", "R-NEW", 40}}},
+	}
+	for i, r := range decideAll(t, b, notes) {
+		n, w := notes[i], wants[i]
+		if r.Outcome != w.outcome || r.Status != w.status || r.Review != w.review {
+			t.Errorf("%s on %s: %v/%s/review %q, want %v/%s/review %q", n.BizKey, n.OrderNo,
+				r.Outcome, r.Status, r.Review, w.outcome, w.status, w.review)
+		}
+		payer, _, refunds := b.money(t, n.OrderNo)
+		if payer != w.payer {
+			t.Errorf("%s: paid by %q, want %q", n.OrderNo, payer, w.payer)
+		}
+		if d := cmp.Diff(w.refunds, refunds); d != "" {
+			t.Errorf("%s: refunds (-want +got):\n%s", n.OrderNo, d)
+		}
+	}
+	if payer, refunded, refunds := b.money(t, "AD-PAID"); payer != "test:TX-AD" || refunded != 0 || refunds != nil {
+		t.Errorf("AD-PAID: paid by %q, refunded %d, refunds %v; want test:TX-AD, untouched", payer, refunded, refunds)
 	}
 }
 
