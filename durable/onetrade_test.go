@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,6 +45,126 @@ func TestPaidByIsUnique(t *testing.T) {
 	wantUniqueViolation(t, "INSERT of an order paid by UQ-A's payer", err)
 	if payer, _, _ := b.money(t, "UQ-B"); payer != "test:TX-B" {
 		t.Errorf("UQ-B's payer %q, want test:TX-B", payer)
+	}
+}
+
+// The hole: a payment of a second order by a trade that paid the first
+// was a conflict while the key's claim existed; retention then deleted the
+// claim although an open review named it, and the payment delivered again
+// was applied: two orders PAID by one trade, ORDER_PAID for the second.
+// Now retention keeps the claim while the review is open, and once it is
+// resolved and the claim is gone, the payment is still a conflict.
+func TestOneTradePaysOneOrderAcrossRetention(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.order(t, "CF-A", durable.PendingPay, 100, "CNY")
+	b.order(t, "CF-B", durable.PendingPay, 100, "CNY")
+	payA := note("TX-CF", durable.PaySuccess, "CF-A", 100, "CNY")
+	payB := note("TX-CF", durable.PaySuccess, "CF-B", 100, "CNY")
+	key := payA.BizKey
+	if r := process(t, b.store, payA); r.Outcome != durable.Applied {
+		t.Fatalf("CF-A's payment: %+v, want applied", r)
+	}
+	wantConflict := func(when string) {
+		t.Helper()
+		r := process(t, b.store, payB)
+		if r.Outcome != durable.Conflict || r.Review != durable.ReviewPayloadConflict || r.Status != "" || r.Replayed {
+			t.Errorf("%s: CF-B's payment %s, want conflict with PAYLOAD_CONFLICT", when, show(r))
+		}
+		if n := b.count(t, `SELECT count(*) FROM notify_review WHERE biz_key = $1 AND payload_hash = $2
+			AND reason = 'PAYLOAD_CONFLICT' AND resolved_at IS NULL`, key, payB.Digest); n != 1 {
+			t.Errorf("%s: %d open PAYLOAD_CONFLICT rows for CF-B's payment, want 1", when, n)
+		}
+	}
+	wantConflict("with the claim")
+
+	b.exec(t, `UPDATE notify_claim SET created_at = now() - interval '8 days'`)
+	if c := retentionCycle(t, b.store, testRetention()); c.Deleted["notify_claim"] != 0 {
+		t.Errorf("retention deleted %d claims while the review was open", c.Deleted["notify_claim"])
+	}
+	if b.claims(t, key) != 1 {
+		t.Error("retention deleted the claim an open review names")
+	}
+	var id int64
+	if err := b.db.QueryRow(ctx, `SELECT id FROM notify_review WHERE biz_key = $1 AND resolved_at IS NULL`, key).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.ResolveReview(ctx, id, "CF-A was paid by TX-CF; CF-B was not", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	retentionCycle(t, b.store, testRetention())
+	if n := b.claims(t, key); n != 0 {
+		t.Fatalf("retention once the review was resolved left %d claims of the key, want none", n)
+	}
+
+	wantConflict("after retention")
+	wantConflict("again") // one open row per key, digest and reason
+	if n := b.claims(t, key); n != 0 {
+		t.Errorf("the conflict stored %d claims, want none", n)
+	}
+	if st := b.status(t, "CF-B"); st != durable.PendingPay {
+		t.Errorf("CF-B %s, want PENDING_PAY", st)
+	}
+	if payer, _, _ := b.money(t, "CF-B"); payer != "" {
+		t.Errorf("CF-B paid by %q, want nobody", payer)
+	}
+	if got := b.topics(t, "CF-B"); got != nil {
+		t.Errorf("CF-B's outbox %v, want nothing", got)
+	}
+
+	// CF-A's own late duplicate: skipped, no alarm.
+	if r := process(t, b.store, payA); r.Outcome != durable.Skipped || r.Status != durable.Paid || r.Review != "" || r.Replayed {
+		t.Errorf("CF-A's late duplicate: %s, want skipped on PAID, no review", show(r))
+	}
+	if payer, _, _ := b.money(t, "CF-A"); payer != "test:TX-CF" || b.status(t, "CF-A") != durable.Paid {
+		t.Errorf("CF-A: %s paid by %q, want PAID by test:TX-CF", b.status(t, "CF-A"), payer)
+	}
+	if got := b.topics(t, "CF-A"); !cmp.Equal(got, []string{"ORDER_PAID"}) {
+		t.Errorf("CF-A's outbox %v, want one ORDER_PAID", got)
+	}
+	if got := b.reviews(t, "CF-A"); got != nil {
+		t.Errorf("CF-A's reviews %v, want none", got)
+	}
+}
+
+// A conflict locks its key's claim before it opens its review, so that
+// retention cannot delete the claim unseen while the review opens. Here
+// the claim is being deleted when the conflict comes: the conflict waits,
+// finds it gone, and stores nothing (the order changed under it); decided
+// again, without the claim, the payment is still a conflict.
+func TestConflictLocksItsClaim(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.order(t, "LK-A", durable.PendingPay, 100, "CNY")
+	b.order(t, "LK-B", durable.PendingPay, 100, "CNY")
+	payB := note("TX-LK", durable.PaySuccess, "LK-B", 100, "CNY")
+	if r := process(t, b.store, note("TX-LK", durable.PaySuccess, "LK-A", 100, "CNY")); r.Outcome != durable.Applied {
+		t.Fatalf("LK-A's payment: %s", show(r))
+	}
+	tx, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `DELETE FROM notify_claim WHERE biz_key = $1`, payB.BizKey); err != nil {
+		t.Fatal(err)
+	}
+	answer := submit(b.store, 10*time.Second, payB)
+	waitForLockWaits(t, b, 1)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-answer; !errors.Is(a.err, durable.ErrOrderChanged) {
+		t.Fatalf("the conflict whose claim was deleted meanwhile: %s, %v; want ErrOrderChanged", show(a.r), a.err)
+	}
+	if n := b.openReviews(t, payB.BizKey, durable.ReviewPayloadConflict); n != 0 {
+		t.Errorf("%d open PAYLOAD_CONFLICT rows after the failed attempt, want none", n)
+	}
+	if r := process(t, b.store, payB); r.Outcome != durable.Conflict || r.Review != durable.ReviewPayloadConflict {
+		t.Errorf("decided again: %s, want conflict with PAYLOAD_CONFLICT", show(r))
+	}
+	if st := b.status(t, "LK-B"); st != durable.PendingPay || b.claims(t, payB.BizKey) != 0 {
+		t.Errorf("LK-B %s, %d claims; want PENDING_PAY, none", st, b.claims(t, payB.BizKey))
 	}
 }
 

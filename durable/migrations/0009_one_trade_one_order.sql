@@ -13,6 +13,9 @@
 --     another digest is, before anything about the order. An order without
 --     a payer adopts the trade a refund or close names only if that trade
 --     paid no other order; otherwise it is another trade's refund or close.
+--     A conflict locks its key's claim before opening its review, so that
+--     retention, which keeps every claim an open review names, is not
+--     deleting it meanwhile.
 --   - notifyedge_process_batch: a plain move whose new payer paid another
 --     order is not decided by the set statements but by notifyedge_process
 --     (the conflict above): the set UPDATE never meets the unique index.
@@ -340,6 +343,15 @@ BEGIN
         RETURN;
     END IF;
     -- Same key, different business content: never through, always seen.
+    -- Retention keeps a claim an open review names; the claim is locked
+    -- while the review opens, so retention skips it rather than delete it
+    -- unseen. Deleted already: the key has no claim now, and the retry is
+    -- decided afresh.
+    PERFORM 1 FROM notify_claim c WHERE c.biz_key = p_biz_key FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'claim % deleted during delivery', p_biz_key
+            USING ERRCODE = 'serialization_failure';
+    END IF;
     PERFORM notifyedge_review(p_biz_key, p_order_no, 'PAYLOAD_CONFLICT', p_hash, p_raw_body);
     o_outcome := 'conflict';
     o_review := 'PAYLOAD_CONFLICT';
@@ -430,7 +442,7 @@ BEGIN
             o_review := NULL;
             RETURN NEXT;
         ELSE
-            v_way[v_i] := 3; -- a conflict: no lock but the review row's
+            v_way[v_i] := 3; -- a conflict: no lock but its claim's and the review row's
         END IF;
     END LOOP;
 
