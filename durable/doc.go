@@ -25,6 +25,12 @@
 //     at most the amount. The refund's UPDATE guards refunded_amount as
 //     read, so refunds racing on several nodes are decided one after the
 //     other and exactly one of them completes the order.
+//   - One trade pays one order: biz_order.paid_by is unique (a partial
+//     unique index). A payment whose trade paid another order is a
+//     Conflict (review PAYLOAD_CONFLICT, no claim), decided where a claim
+//     of the key would decide it, so the answer does not change once
+//     retention deleted that claim; an order without a payer adopts only a
+//     trade that paid no other order.
 //
 // # The state machine
 //

@@ -173,7 +173,8 @@ func sqlTextArray(l []string) string {
 
 // Process decides one delivery in one transaction (see the package doc).
 // Decisions follow the README's order: an existing claim (replay, or
-// Conflict), then the order (UnknownOrder, AmountMismatch), then Premature,
+// Conflict) or, for a payment, its trade having paid another order
+// (Conflict), then the order (UnknownOrder, AmountMismatch), then Premature,
 // then the trade (another trade's refund or close is Skipped; the paying
 // trade's refund is RefundExceeds or Applied), then the event against the
 // current state (Skipped, Applied).

@@ -20,8 +20,9 @@ const (
 	// Premature: the event arrived before the one it depends on (a refund
 	// before its payment); nothing stored.
 	Premature
-	// Conflict: the key has a claim with another digest; a review row is
-	// open, the claim untouched.
+	// Conflict: the key has a claim with another digest, or the delivery is
+	// a payment whose trade paid another order (one trade pays one order);
+	// a review row is open, and nothing else is written.
 	Conflict
 	// AmountMismatch: amount or currency differ from the order; a review
 	// row is open and no claim exists, so a retry succeeds once fixed.

@@ -53,7 +53,7 @@ type RetentionConfig struct {
 	OutboxRetention time.Duration
 	// ReviewRetention: resolved review rows older than this by resolved_at
 	// are deleted (default DefaultReviewRetention). Open rows are never
-	// deleted.
+	// deleted, nor is a claim an open row names (by biz_key), however old.
 	ReviewRetention time.Duration
 	// Batch is how many rows one DELETE removes, each its own short
 	// transaction (default 1000).
@@ -147,13 +147,17 @@ type retentionTable struct {
 	// byID walks the table in id order (the outbox: see
 	// sqlOutboxRetentionBatch), not in col's.
 	byID bool
+	// spare, when set, is an SQL condition every deleted row meets: a row
+	// that fails it stays, however old.
+	spare string
 	// batch deletes the next Batch rows: $1 the cutoff, $2 where the
 	// previous batch stopped, $3 Batch.
 	batch string
 }
 
 var retentionPlan = []retentionTable{
-	{name: TableClaim, col: "created_at", keep: func(c RetentionConfig) time.Duration { return c.ClaimRetention }},
+	{name: TableClaim, col: "created_at", keep: func(c RetentionConfig) time.Duration { return c.ClaimRetention },
+		spare: sqlClaimNotUnderReview},
 	{name: TableOutbox, col: "published_at", keep: func(c RetentionConfig) time.Duration { return c.OutboxRetention },
 		byID: true, batch: sqlOutboxRetentionBatch},
 	{name: TableConsumerInbox, col: "processed_at", keep: func(c RetentionConfig) time.Duration { return c.OutboxRetention }},
@@ -163,14 +167,24 @@ var retentionPlan = []retentionTable{
 func init() {
 	for i := range retentionPlan {
 		if t := &retentionPlan[i]; !t.byID {
-			t.batch = retentionBatchSQL(t.name, t.col)
+			t.batch = retentionBatchSQL(t.name, t.col, t.spare)
 		}
 	}
 }
 
+// sqlClaimNotUnderReview spares a claim that an open review row names
+// (same biz_key, any reason): the review is about a delivery of that key,
+// and the claim holds the first delivery's digest and answer, what a
+// conflict is judged against. Once the review is resolved the claim ages
+// out like any other. One probe of notify_review_open_uniq, whose first
+// column is biz_key, per claim old enough.
+const sqlClaimNotUnderReview = `NOT EXISTS (SELECT 1 FROM notify_review r
+                     WHERE r.biz_key = notify_claim.biz_key AND r.resolved_at IS NULL)`
+
 // retentionBatchSQL deletes one batch of table: the oldest rows by col
-// below the cutoff ($1) from the lower bound ($2) on, at most $3 of them,
-// and returns how many it deleted and the newest col among them.
+// below the cutoff ($1) from the lower bound ($2) on that meet spare (if
+// any), at most $3 of them, and returns how many it deleted and the newest
+// col among them.
 //
 //   - The sub-SELECT walks col's index (0001, 0006) from the bound (ORDER
 //     BY col LIMIT), so a batch reads what it deletes and a little more,
@@ -183,16 +197,21 @@ func init() {
 //   - The DELETE finds its rows by ctid (a TID scan): they are locked by
 //     this statement, so they cannot have moved.
 //   - NULL is older than nothing: an open review row never qualifies.
-func retentionBatchSQL(table, col string) string {
+//   - A row spared is stepped over, by every cycle, for as long as it is
+//     spared: claims under review are few.
+func retentionBatchSQL(table, col, spare string) string {
+	if spare != "" {
+		spare = "\n       AND " + spare
+	}
 	return fmt.Sprintf(`WITH d AS (
   DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM %[1]s
-     WHERE %[2]s < $1 AND %[2]s >= $2
+     WHERE %[2]s < $1 AND %[2]s >= $2%[3]s
      ORDER BY %[2]s
      LIMIT $3
        FOR UPDATE SKIP LOCKED))
   RETURNING %[2]s)
-SELECT count(*), max(%[2]s) FROM d`, table, col)
+SELECT count(*), max(%[2]s) FROM d`, table, col, spare)
 }
 
 // sqlOutboxRetentionBatch deletes one batch of published outbox rows. The
@@ -227,8 +246,8 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM head),
 // The leader works every table off in batches (Batch rows, each DELETE its
 // own short transaction under LockTimeout and StatementTimeout, skipping
 // rows locked by others, Pause between two), until nothing is old enough,
-// then sleeps Interval. Orders, trade_refund rows, unpublished outbox rows
-// and open review rows are never deleted.
+// then sleeps Interval. Orders, trade_refund rows, unpublished outbox rows,
+// open review rows and the claims they name are never deleted.
 //
 // A standby tries the lock with pg_try_advisory_lock and closes its
 // connection, rather than waiting in pg_advisory_lock as the relay's
@@ -356,20 +375,22 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 // sqlOldestRowAges reads, per table, the age of the oldest row retention
 // would delete once it is old enough (0 when there is none): each is one
 // probe at the low end of an index (0001, 0006; the outbox's primary key:
-// its first row, by id, if it is published).
+// its first row, by id, if it is published), past the claims under review.
 const sqlOldestRowAges = `SELECT
-  coalesce(extract(epoch FROM now() - (SELECT min(created_at) FROM notify_claim)), 0)::float8,
+  coalesce(extract(epoch FROM now() - (SELECT created_at FROM notify_claim
+     WHERE ` + sqlClaimNotUnderReview + ` ORDER BY created_at LIMIT 1)), 0)::float8,
   coalesce(extract(epoch FROM now() - (SELECT published_at FROM outbox ORDER BY id LIMIT 1)), 0)::float8,
   coalesce(extract(epoch FROM now() - (SELECT min(processed_at) FROM consumer_inbox)), 0)::float8,
   coalesce(extract(epoch FROM now() - (SELECT min(resolved_at) FROM notify_review WHERE resolved_at IS NOT NULL)), 0)::float8`
 
 // OldestRowAges returns, by table (RetentionTables), the age of its oldest
-// row of the kind retention deletes: any claim by created_at, a published
-// outbox row by published_at, a consumer-inbox row by processed_at, a
-// resolved review row by resolved_at; 0 when the table holds none. For the
-// outbox it is the first row's, in id order, the row retention deletes
-// next; 0 when that row is not published yet (then the relay is behind,
-// not retention: notifyedge_outbox_oldest_pending_seconds). An age
+// row of the kind retention deletes: a claim no open review names, by
+// created_at, a published outbox row by published_at, a consumer-inbox row
+// by processed_at, a resolved review row by resolved_at; 0 when the table
+// holds none. For the outbox it is the first row's, in id order, the row
+// retention deletes next; 0 when that row is not published yet (then the
+// relay is behind, not retention:
+// notifyedge_outbox_oldest_pending_seconds). An age
 // well past its retention (plus the retention interval) means retention is
 // not keeping up, or not running. It reads on the operator pool, one index
 // probe per table, under the same planner settings as OutboxBacklog (stale

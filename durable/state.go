@@ -187,7 +187,8 @@ type eventTable struct {
 	// adopt: a paid order without paid_by takes the trade this event names
 	// as its payer (the README's "Upgrading": refunds and closes do,
 	// payments do not: a payment we cannot place is a possible second
-	// payment, for a human to look at).
+	// payment, for a human to look at), unless that trade paid another
+	// order: one trade pays one order, so the event is another trade's.
 	adopt bool
 	// partial is the topic of a refund that leaves part of the amount.
 	partial Topic

@@ -10,15 +10,16 @@ import (
 
 // The SQL functions and Go share one vocabulary: outcomes, review reasons,
 // topics, states, events, the machine's actions and parties. Go defines it
-// (result.go, state.go); the functions of the current migration spell some
-// of it as literals. This test reads every literal of that migration and
+// (result.go, state.go); the functions of the current migrations spell some
+// of it as literals. This test reads every literal of those migrations and
 // checks each word is one Go knows, and that every word Go knows is one the
 // SQL (or the machine Go hands it) can produce: a typo on either side, or a
 // name added on one side only, fails here rather than as an answer no
 // adapter can render.
 
-// currentMigration is the migration that defines the functions durable calls.
-const currentMigration = "migrations/0004_trades.sql"
+// currentMigrations define the functions durable calls: 0004 the
+// transition, shipping and move, 0009 the one-at-a-time and batch decisions.
+var currentMigrations = []string{"migrations/0004_trades.sql", "migrations/0009_one_trade_one_order.sql"}
 
 var (
 	sqlComment = regexp.MustCompile(`--[^\n]*`)
@@ -27,21 +28,23 @@ var (
 	lowerWord  = regexp.MustCompile(`^[a-z][a-z_]*$`)
 )
 
-// sqlLiterals returns the string literals of the migration's up part,
+// sqlLiterals returns the string literals of the migrations' up parts,
 // comments stripped (they hold apostrophes).
 func sqlLiterals(t *testing.T) []string {
 	t.Helper()
-	b, err := fs.ReadFile(migrationFiles, currentMigration)
-	if err != nil {
-		t.Fatal(err)
-	}
-	up, _, ok := strings.Cut(string(b), "---- create above / drop below ----")
-	if !ok {
-		t.Fatal("no up/down separator")
-	}
 	var out []string
-	for _, m := range sqlLiteral.FindAllStringSubmatch(sqlComment.ReplaceAllString(up, ""), -1) {
-		out = append(out, strings.ReplaceAll(m[1], "''", "'"))
+	for _, name := range currentMigrations {
+		b, err := fs.ReadFile(migrationFiles, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, _, ok := strings.Cut(string(b), "---- create above / drop below ----")
+		if !ok {
+			t.Fatalf("%s: no up/down separator", name)
+		}
+		for _, m := range sqlLiteral.FindAllStringSubmatch(sqlComment.ReplaceAllString(up, ""), -1) {
+			out = append(out, strings.ReplaceAll(m[1], "''", "'"))
+		}
 	}
 	if len(out) < 20 {
 		t.Fatalf("found %d literals: the parse is wrong", len(out))
@@ -62,6 +65,7 @@ func TestSQLAndGoShareOneVocabulary(t *testing.T) {
 		add("outcome", o.String())
 	}
 	add("outcome", replayedOutcome)
+	add("batch outcome", busyOutcome)
 	for _, r := range ReviewReasons {
 		add("review reason", string(r))
 	}
@@ -85,6 +89,8 @@ func TestSQLAndGoShareOneVocabulary(t *testing.T) {
 	add("claim state", "DONE")
 	add("resolver", "notifyedge")
 	add("SQLSTATE", "serialization_failure")
+	add("setting", "lock_timeout")
+	add("index", "biz_order_paid_by_uniq")
 	add("outbox payload key", "order_no", "event_type", "from", "to", "biz_key",
 		"trade", "refund_id", "refund_amount", "refunded_amount")
 
@@ -93,7 +99,7 @@ func TestSQLAndGoShareOneVocabulary(t *testing.T) {
 	for _, l := range literals {
 		seen[l] = true
 		switch {
-		case l == "":
+		case l == "", l == "{}": // "{}": an empty array
 		case upperWord.MatchString(l) || lowerWord.MatchString(l):
 			if _, ok := known[l]; !ok {
 				t.Errorf("SQL literal %q is no outcome, reason, topic, state, event, action or party Go knows", l)
