@@ -52,7 +52,7 @@ func holdSlot(t *testing.T, b *bundle, s *durable.Store, orderNo string) (releas
 	b.order(t, orderNo, durable.PendingPay, 100, "CNY")
 	release = b.lockOrder(t, orderNo)
 	answer = submit(s, 20*time.Second, note("T"+orderNo, durable.PaySuccess, orderNo, 100, "CNY"))
-	waitForLockWaits(t, b, 1)
+	durabletest.WaitLockWaiters(t, b.db, 1, "%")
 	return release, answer
 }
 
@@ -81,19 +81,6 @@ func oneBatch(t *testing.T, b *bundle, s *durable.Store, slot string, notes []du
 		t.Fatalf("the slot's delivery: %+v %v", a.r, a.err)
 	}
 	return answers
-}
-
-// waitForLockWaits waits until n sessions of the test's database wait for
-// a lock.
-func waitForLockWaits(t *testing.T, b *bundle, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d sessions ever waited for a lock", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // waitQueued waits until n deliveries wait for the store's batch slot.

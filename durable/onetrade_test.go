@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
 
 // wantUniqueViolation fails the test unless err is the unique index on
@@ -150,7 +151,7 @@ func TestConflictLocksItsClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	answer := submit(b.store, 10*time.Second, payB)
-	waitForLockWaits(t, b, 1)
+	durabletest.WaitLockWaiters(t, b.db, 1, "%")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

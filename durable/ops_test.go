@@ -257,8 +257,22 @@ func TestOpsPoolSeparate(t *testing.T) {
 	if _, err := b.store.ResolveReview(octx, rows[0].ID, "fixed", "ops@example"); err != nil {
 		t.Errorf("ResolveReview: %v", err)
 	}
-	if st := durable.OpsPoolStat(b.store); st.MaxConns() != 2 || st.TotalConns() > 2 {
-		t.Errorf("operator pool: max %d, open %d; want at most the default 2", st.MaxConns(), st.TotalConns())
+	// The orders API too: an order system never waits for a callback's
+	// connection.
+	if created, err := b.store.PutOrder(octx, "O-ops-put", 1999, "CNY"); err != nil || !created {
+		t.Errorf("PutOrder: %v %v", created, err)
+	}
+	if err := b.store.PatchOrder(octx, "O-ops-put", 2999, "CNY"); err != nil {
+		t.Errorf("PatchOrder: %v", err)
+	}
+	if r, err := b.store.OrderEvent(octx, "O-ops-put", durable.Close, "close-1"); err != nil || r.Outcome != durable.Applied {
+		t.Errorf("OrderEvent: %+v %v", r, err)
+	}
+	if h, err := b.store.OrderHistory(octx, "O-ops-put", 0); err != nil || h.Status != durable.Closed {
+		t.Errorf("OrderHistory: %+v %v", h.Order, err)
+	}
+	if st := durable.OpsPoolStat(b.store); st.MaxConns() != 4 || st.TotalConns() > 4 {
+		t.Errorf("operator pool: max %d, open %d; want at most the default 4", st.MaxConns(), st.TotalConns())
 	}
 
 	// The two pools are told apart on the server.

@@ -351,6 +351,7 @@ func TestConcurrentDuplicatesOneApplied(t *testing.T) {
 	n := note("T-storm", durable.PaySuccess, "O-storm", 1999, "CNY")
 	const copies = 64
 	results := make([]durable.Result, copies)
+	errs := make([]error, copies)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range copies {
@@ -358,11 +359,16 @@ func TestConcurrentDuplicatesOneApplied(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i] = process(t, b.store, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			results[i], errs[i] = b.store.Process(ctx, n)
 		}()
 	}
 	close(start)
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("Process: %v", err)
+	}
 	var applied, replayed int
 	var first []byte
 	for _, r := range results {

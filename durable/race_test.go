@@ -40,19 +40,7 @@ func (b *bundle) moveUnder(t *testing.T, orderNo string, n durable.Notification,
 		r, err := b.store.Process(pctx, n)
 		done <- outcome{r, err}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		_ = b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%notifyedge_process%'`).Scan(&waiting)
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Process never blocked on the row lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	durabletest.WaitLockWaiters(t, b.db, 1, "%notifyedge_process%")
 	if _, err := tx.Exec(ctx, change, orderNo); err != nil {
 		t.Fatal(err)
 	}

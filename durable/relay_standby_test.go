@@ -29,14 +29,35 @@ func TestRelayStandbyHoldsNoSnapshot(t *testing.T) {
 	}
 	defer holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lockID)
 	defer runRelay(b.store, durable.RelayConfig{Publisher: nopPublisher{}, LockID: lockID})()
-	time.Sleep(500 * time.Millisecond) // the relay is standby by now
-	var sessions, pinned int
-	if err := b.db.QueryRow(ctx, `SELECT count(*), count(backend_xmin) FROM pg_stat_activity
-		WHERE application_name = 'notifyedge-relay' AND datname = current_database()`).Scan(&sessions, &pinned); err != nil {
+	// Standby means: between tries for leadership, idle, holding no
+	// snapshot. A relay that waited inside pg_advisory_lock would stay
+	// active with a snapshot, and never be seen idle here.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var idle, pinned int
+		if err := b.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'idle' AND query LIKE '%pg_try_advisory_lock%'),
+			count(backend_xmin) FILTER (WHERE state = 'idle')
+			FROM pg_stat_activity WHERE application_name = 'notifyedge-relay' AND datname = current_database()`).Scan(&idle, &pinned); err != nil {
+			t.Fatal(err)
+		}
+		if pinned != 0 {
+			t.Fatalf("an idle standby relay holds a snapshot (%d sessions)", pinned)
+		}
+		if idle == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no standby relay idle between tries for leadership after 30 s (%d idle)", idle)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var sessions int
+	if err := b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = 'notifyedge-relay' AND datname = current_database()`).Scan(&sessions); err != nil {
 		t.Fatal(err)
 	}
-	if sessions != 1 || pinned != 0 {
-		t.Errorf("standby relay sessions %d, holding a snapshot %d: want 1 and 0", sessions, pinned)
+	if sessions != 1 {
+		t.Errorf("standby relay sessions %d, want 1", sessions)
 	}
 }
 
