@@ -84,10 +84,22 @@ build:
 
 ## test: run the whole test suite (starts its own Postgres; what CI runs);
 ## durable's and edge's suites run again with one transaction per delivery
-## (group commit off), so both modes give the same answers
+## (group commit off), so both modes give the same answers. Every run
+## goes to the end even when one fails; a summary of what failed where
+## closes it, and the exit status is non-zero if anything failed.
 test: deps
-	$(GO) test -count=1 -timeout 15m $(PKGS)
-	NOTIFYEDGE_TEST_GROUP_COMMIT=0 $(GO) test -count=1 -timeout 10m ./durable/ ./edge/
+	@logs=$$(mktemp -d); trap 'rm -rf "$$logs"' EXIT; rc=0; start=$$(date +%s); \
+	echo "== go test ./... (group commit on, the default)"; \
+	$(GO) test -count=1 -timeout 15m $(PKGS) 2>&1 | tee "$$logs/all"; [ $${PIPESTATUS[0]} = 0 ] || rc=1; \
+	echo "== durable and edge again, group commit off (one transaction per delivery)"; \
+	NOTIFYEDGE_TEST_GROUP_COMMIT=0 $(GO) test -count=1 -timeout 10m ./durable/ ./edge/ 2>&1 | tee "$$logs/single"; [ $${PIPESTATUS[0]} = 0 ] || rc=1; \
+	echo; echo "== summary ($$(( $$(date +%s) - start )) s)"; \
+	for run in all:"group commit on" single:"group commit off"; do \
+		f="$$logs/$${run%%:*}"; \
+		failed=$$(grep -E '^(--- FAIL|FAIL[[:space:]]|panic:)' "$$f" | sed 's/ ([0-9.]*s)$$//'); \
+		if [ -n "$$failed" ]; then echo "$${run#*:}: FAILED"; echo "$$failed" | sed 's/^/    /'; \
+		else echo "$${run#*:}: ok ($$(grep -cE '^ok[[:space:]]' "$$f") packages)"; fi; \
+	done; exit $$rc
 
 ## test-race: the test suite under the race detector
 test-race: deps
