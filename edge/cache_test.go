@@ -282,15 +282,7 @@ func (b *bundle) invariants(t *testing.T, orders int) {
 	if err := durabletest.Invariants(context.Background(), b.db, "", nil); err != nil {
 		t.Error(err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM outbox`); n != orders {
-		t.Errorf("outbox rows %d, want %d", n, orders)
-	}
-	if n := b.count(t, `SELECT count(*) FROM notify_claim WHERE claim_state = 'DONE'`); n != orders {
-		t.Errorf("DONE claims %d, want %d", n, orders)
-	}
-	if n := b.count(t, `SELECT count(*) FROM biz_order WHERE status <> 'PAID'`); n != 0 {
-		t.Errorf("%d orders not PAID", n)
-	}
+	durabletest.StormPaidOnce(t, b.db, orders)
 }
 
 // Point 4: the owner's pending entry expires while its transaction is

@@ -121,8 +121,10 @@ func TestEpochBumpForgetsCachedAnswers(t *testing.T) {
 		if r.status != 200 || !r.replayed || r.body != appliedPaid {
 			t.Fatalf("duplicate after the bump: %d %q replayed=%v", r.status, r.body, r.replayed)
 		}
-		if time.Since(bumped) > 2*time.Second {
-			t.Fatal("2 s after the bump the cache still answers for the lost payment")
+		// The epoch is re-read about once a second; ten leave room for a
+		// loaded machine.
+		if time.Since(bumped) > 10*time.Second {
+			t.Fatal("10 s after the bump the cache still answers for the lost payment")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
