@@ -181,7 +181,9 @@ func sqlTextArray(l []string) string {
 //
 // A returned Result is committed. An error means the transaction did not
 // commit or its fate is unknown; when ctx's deadline expired,
-// errors.Is(err, context.DeadlineExceeded) is true.
+// errors.Is(err, context.DeadlineExceeded) is true. Process returns by
+// ctx's deadline whatever the database does, with group commit or
+// without: a caller's latency budget holds however slow Postgres is.
 func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 	if err := n.validate(); err != nil {
 		return Result{}, err
@@ -189,11 +191,36 @@ func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 	if s.group != nil {
 		return s.group.process(ctx, n)
 	}
-	res, err := s.processOne(ctx, &n)
-	if err == nil && res.Outcome == Applied {
-		s.poke() // an outbox row was committed: wake the relay
+	return s.alone(ctx, n)
+}
+
+// alone decides n in a transaction of its own, on a goroutine of its own,
+// and returns by ctx's deadline whatever the database does, as a batch
+// member does: pgx, cancelled, waits for its cancel request, which a slow
+// network delays too. The transaction goes on to its end (committed or
+// rolled back); either is correct, because its claim makes the channel's
+// retry a replay.
+func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
+	n.RawBody = bytes.Clone(n.RawBody) // the caller may reuse its bytes once we return
+	out := make(chan answer, 1)        // buffered: the goroutine never waits for the caller
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				out <- answer{err: fmt.Errorf("process %s: %v", n.BizKey, p)}
+			}
+		}()
+		res, err := s.processOne(ctx, &n)
+		if err == nil && res.Outcome == Applied {
+			s.poke() // an outbox row was committed: wake the relay
+		}
+		out <- answer{res: res, err: err}
+	}()
+	select {
+	case a := <-out:
+		return a.res, a.err
+	case <-ctx.Done():
+		return Result{}, wrap(ctx, "process "+n.BizKey, ctx.Err())
 	}
-	return res, err
 }
 
 // processOne decides one validated delivery in a transaction of its own.

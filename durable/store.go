@@ -240,12 +240,6 @@ func (s *Store) GroupStats() *GroupStats {
 	return &s.group.stats
 }
 
-// ReturnsByDeadline reports whether Process returns by its context's
-// deadline whatever the database does: true with group commit, where the
-// caller only waits for its batch. One at a time, the database client may
-// take a little longer to give up (it waits for its cancel request).
-func (s *Store) ReturnsByDeadline() bool { return s.group != nil }
-
 // Ping reports whether Postgres answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {

@@ -1,10 +1,8 @@
 package edge
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -17,6 +15,9 @@ import (
 // Authority decides deliveries durably: the only source of truth.
 // *durable.Store satisfies it.
 type Authority interface {
+	// Process decides a delivery and returns by ctx's deadline whatever the
+	// database does (the budget relies on it); it must not keep n's bytes
+	// past its return.
 	Process(ctx context.Context, n durable.Notification) (durable.Result, error)
 	// RecordReview opens a review row for a delivery refused before Process
 	// (merchant mismatch), with no claim.
@@ -153,56 +154,15 @@ func (s *Server) decide(start time.Time, x *exchange) {
 // process asks the authority, under what is left of the budget less a
 // margin to write the answer: past it the answer is 503 and the channel
 // retries. Whatever the call commits after that is correct: the claim makes
-// the channel's retry a replay.
-//
-// An authority that returns by its context's deadline whatever the
-// database does (durable's group commit) is called on the handler's
-// goroutine. Otherwise the call runs on its own goroutine, so that the
-// budget holds even when the database client needs longer to give up (pgx
-// waits for its cancel request, which a slow network delays too): at the
-// hard stop the edge answers 503 and abandons the call.
+// the channel's retry a replay. The authority returns by the deadline
+// whatever the database does (see Authority), so the call runs on the
+// handler's goroutine.
 func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 	x.path = PathDurable
-	n := s.notification(x)
-	deadline := start.Add(s.durableBudget)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	if s.bounded {
-		defer cancel()
-		return s.authority.Process(ctx, n)
-	}
-	n.RawBody = bytes.Clone(n.RawBody) // the call may outlive the request
-	type answer struct {
-		r        durable.Result
-		err      error
-		panicked any
-	}
-	done := make(chan answer, 1)
-	go func() {
-		defer cancel()
-		defer func() {
-			if p := recover(); p != nil {
-				done <- answer{panicked: p} // re-raised on the handler's goroutine, which recovers it
-			}
-		}()
-		r, err := s.authority.Process(ctx, n)
-		done <- answer{r: r, err: err}
-	}()
-	stop := time.NewTimer(time.Until(start.Add(s.hardStop)))
-	defer stop.Stop()
-	select {
-	case a := <-done:
-		if a.panicked != nil {
-			panic(a.panicked)
-		}
-		return a.r, a.err
-	case <-stop.C:
-		return durable.Result{}, fmt.Errorf("process %s: %w (the call is abandoned)", n.BizKey, context.DeadlineExceeded)
-	}
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
+	defer cancel()
+	return s.authority.Process(ctx, s.notification(x))
 }
-
-// deadlineBound is an Authority that says whether its Process returns by
-// its context's deadline whatever the database does.
-type deadlineBound interface{ ReturnsByDeadline() bool }
 
 // notification copies the delivery out of request-scoped bytes. The trade
 // is "{channel}:{channel_txn_id}": the payment a refund or a close acts on.

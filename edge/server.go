@@ -56,7 +56,6 @@ type Server struct {
 	cache         Cache
 	budget        time.Duration
 	durableBudget time.Duration // the durable step's deadline
-	hardStop      time.Duration // past it the edge answers 503 whatever the database does
 	maxBody       int
 	metrics       *Metrics
 	log           *slog.Logger
@@ -66,7 +65,6 @@ type Server struct {
 	maxConns      int
 	maxConnsPerIP int
 	cleanup       *cacheCleanup // nil without a cache
-	bounded       bool          // the authority returns by its deadline (deadlineBound)
 }
 
 // SetChannels replaces the channel set at once (a credentials reload): a
@@ -101,9 +99,6 @@ func New(cfg Config) (*Server, error) {
 		maxConns:  cmp.Or(cfg.Concurrency, 4096),
 	}
 	s.maxConnsPerIP = max(cmp.Or(cfg.MaxConnsPerIP, 256), 0)
-	if b, ok := cfg.Authority.(deadlineBound); ok {
-		s.bounded = b.ReturnsByDeadline()
-	}
 	names := make([]string, 0, len(cfg.Channels))
 	for _, ch := range cfg.Channels {
 		names = append(names, ch.Name())
@@ -121,7 +116,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	margin := min(s.budget/10, 20*time.Millisecond)
 	s.durableBudget = s.budget - margin
-	s.hardStop = s.budget - margin/2
 	s.fast = &fasthttp.Server{
 		Handler:            s.HandleFastHTTP,
 		ErrorHandler:       s.handleFastError,

@@ -17,13 +17,7 @@ var errStarting = errors.New("edged is starting: Postgres is not ready yet")
 // listener opens only after the store is set, so callbacks never see it.
 type lazyStore struct {
 	p atomic.Pointer[durable.Store]
-	// bounded: the store will be opened with group commit, whose Process
-	// returns by its deadline (and errStarting returns at once).
-	bounded bool
 }
-
-// ReturnsByDeadline reports what the store's will (edge calls it once).
-func (l *lazyStore) ReturnsByDeadline() bool { return l.bounded }
 
 func (l *lazyStore) set(s *durable.Store) { l.p.Store(s) }
 

@@ -156,7 +156,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	metrics.RegisterBacklog(&m.lazy)
-	m.lazy.bounded = cfg.GroupCommit
 	metrics.Registry.MustRegister(groupCollector{lazy: &m.lazy})
 	var cache edge.Cache
 	redisState := func() string { return "off" }

@@ -160,10 +160,9 @@ const GroupCommitEnv = "NOTIFYEDGE_TEST_GROUP_COMMIT"
 func GroupCommit() bool { return os.Getenv(GroupCommitEnv) != "0" }
 
 // WaitCancelled waits until no session of db's database but db's own still
-// runs a delivery. With group commit, Process returns at its deadline and
-// the cancel it sent reaches the server a moment later; one at a time,
-// Process returns after it (pgx waits for the cancel). Either way, what a
-// test then checks is what the cancelled transaction left.
+// runs a delivery. Process returns at its deadline and the cancel pgx sent
+// reaches the server a moment later: what a test then checks is what the
+// cancelled transaction left.
 func WaitCancelled(t testing.TB, db *pgxpool.Pool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
