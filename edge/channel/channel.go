@@ -267,13 +267,36 @@ func isMedia(ct, want []byte) bool {
 	return bytes.EqualFold(bytes.TrimSpace(ct), want)
 }
 
+// The events a channel delivers: every adapter maps its notifications onto
+// these names, and the generic channel takes exactly these as event_type.
+// durable decides them; edge's tests keep this list and durable's equal.
+const (
+	PaySuccess    = "PAY_SUCCESS"
+	PayClosed     = "PAY_CLOSED"
+	RefundSuccess = "REFUND_SUCCESS"
+	RefundFailed  = "REFUND_FAILED"
+	TradeClosed   = "TRADE_CLOSED"
+)
+
+// Events lists the event names a channel delivers.
+var Events = []string{PaySuccess, PayClosed, RefundSuccess, RefundFailed, TradeClosed}
+
 var (
 	newline            = []byte("\n")
-	eventPaySuccess    = []byte("PAY_SUCCESS")
-	eventRefundSuccess = []byte("REFUND_SUCCESS")
-	eventRefundFailed  = []byte("REFUND_FAILED")
-	eventTradeClosed   = []byte("TRADE_CLOSED")
+	eventPaySuccess    = []byte(PaySuccess)
+	eventRefundSuccess = []byte(RefundSuccess)
+	eventRefundFailed  = []byte(RefundFailed)
+	eventTradeClosed   = []byte(TradeClosed)
 )
+
+// channelEvent reports whether b names an event a channel may send.
+func channelEvent(b []byte) bool {
+	switch string(b) { // no allocation: the compiler compares in place
+	case PaySuccess, PayClosed, RefundSuccess, RefundFailed, TradeClosed:
+		return true
+	}
+	return false
+}
 
 // ParseRSAPublicKey reads one key in any form ParsePublicKeys takes.
 func ParseRSAPublicKey(s string) (*rsa.PublicKey, error) {

@@ -3,8 +3,6 @@ package channel
 import (
 	"bytes"
 	"unicode/utf8"
-
-	"github.com/notifyedge/notifyedge/durable"
 )
 
 // The generic channel's body, parsed strictly and without reflection:
@@ -431,10 +429,4 @@ func (s *scanner) number() bool {
 		}
 	}
 	return true
-}
-
-// channelEvent reports whether b names an event a channel may send.
-func channelEvent(b []byte) bool {
-	_, ok := durable.ParseChannelEvent(b)
-	return ok
 }
