@@ -21,6 +21,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/shipping"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
@@ -218,7 +219,7 @@ func serveRelay(ctx context.Context, spec partSpec, stops *[]func()) error {
 	go func() {
 		defer close(shipDone)
 		redisstream.RunConsumer(rctx, redisstream.ConsumerConfig{Client: stream, Group: "shipper", Name: "shipper-1",
-			Block: 100 * time.Millisecond, ClaimIdle: 5 * time.Second, Handle: redisstream.ShipOnPaid(store, "shipper", nil)})
+			Block: 100 * time.Millisecond, ClaimIdle: 5 * time.Second, Handle: shipping.OnPaid(store, "shipper", nil)})
 	}()
 	*stops = append(*stops, func() { cancel(); <-relayDone; <-shipDone })
 	return nil

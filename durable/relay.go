@@ -9,23 +9,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/notifyedge/notifyedge/durable/outbox"
 )
 
-// OutboxMessage is one outbox row on its way to the broker.
-type OutboxMessage struct {
-	ID        int64
-	Topic     string
-	OrderNo   string
-	Payload   []byte // the JSON payload
-	CreatedAt time.Time
-}
+// OutboxMessage is one outbox row as the relay publishes it
+// (outbox.Message: brokers need not import durable).
+type OutboxMessage = outbox.Message
 
-// Publisher delivers outbox rows to a downstream broker. Publish returns nil
-// only once the broker acknowledged every message; it must keep their
-// order. A different broker is one new Publisher.
-type Publisher interface {
-	Publish(ctx context.Context, msgs []OutboxMessage) error
-}
+// Publisher delivers outbox rows to a downstream broker (outbox.Publisher).
+type Publisher = outbox.Publisher
 
 // RelayConfig configures RunRelay. Zero fields take the defaults noted.
 type RelayConfig struct {

@@ -1,5 +1,5 @@
-// Package redisstream is the outbox relay's Redis Streams broker: a
-// durable.Publisher that XADDs outbox rows, and the consumer loop a
+// Package redisstream is the outbox relay's Redis Streams broker: an
+// outbox.Publisher that XADDs outbox rows, and the consumer loop a
 // downstream service runs (consumer group, acknowledge after its own commit,
 // claim what dead consumers left pending).
 //
@@ -21,7 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/outbox"
 )
 
 // DefaultStream is the stream name unless configured.
@@ -57,7 +57,7 @@ type Publisher struct {
 // Publisher.Replicas confirmed a batch in time.
 var ErrReplicas = errors.New("redisstream: too few replicas confirmed the entries")
 
-var _ durable.Publisher = (*Publisher)(nil)
+var _ outbox.Publisher = (*Publisher)(nil)
 
 // NewPublisher returns a Publisher on stream (default DefaultStream) that
 // trims at most every trimEvery (default 10s).
@@ -68,7 +68,7 @@ func NewPublisher(client redis.UniversalClient, stream string, trimEvery time.Du
 // Publish XADDs msgs in order in one pipeline and returns nil once Redis
 // acknowledged every one (and, with Replicas, once that many replicas hold
 // them).
-func (p *Publisher) Publish(ctx context.Context, msgs []durable.OutboxMessage) error {
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	var pipe redis.Pipeliner
 	if p.Replicas > 0 {
 		// WAIT counts the replicas that hold this connection's writes: the
@@ -348,30 +348,4 @@ func NewClient(url string) (redis.UniversalClient, error) {
 	}
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 2*time.Second, 5*time.Second, 5*time.Second
 	return redis.NewClient(o), nil
-}
-
-// ShipStore is what the reference shipper needs of Postgres.
-// *durable.Store satisfies it.
-type ShipStore interface {
-	Ship(ctx context.Context, consumer string, outboxID int64, orderNo string) (durable.ShipResult, durable.State, error)
-}
-
-// ShipOnPaid is the reference consumer's handler: on ORDER_PAID it ships
-// the order through the conditional PAID -> SHIPPED transition, deduplicated
-// on the outbox id, in one transaction (durable.Store.Ship); other topics
-// are acknowledged untouched. onResult, if set, hears every decision.
-func ShipOnPaid(store ShipStore, consumer string, onResult func(Message, durable.ShipResult)) func(context.Context, Message) error {
-	return func(ctx context.Context, m Message) error {
-		if m.Topic != "ORDER_PAID" {
-			return nil
-		}
-		r, _, err := store.Ship(ctx, consumer, m.OutboxID, m.OrderNo)
-		if err != nil {
-			return err
-		}
-		if onResult != nil {
-			onResult(m, r)
-		}
-		return nil
-	}
 }

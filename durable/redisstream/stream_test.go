@@ -18,6 +18,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/shipping"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -236,7 +237,7 @@ func (b *bundle) startConsumer(t *testing.T, group, name string, claimIdle time.
 	go func() {
 		defer close(done)
 		redisstream.RunConsumer(ctx, redisstream.ConsumerConfig{Client: b.client, Group: group, Name: name,
-			Block: 100 * time.Millisecond, ClaimIdle: claimIdle, Handle: redisstream.ShipOnPaid(b.store, group, nil),
+			Block: 100 * time.Millisecond, ClaimIdle: claimIdle, Handle: shipping.OnPaid(b.store, group, nil),
 			OnError: func(err error) { t.Logf("consumer: %v", err) }})
 	}()
 	return func() { cancel(); <-done }

@@ -1,0 +1,39 @@
+// Package shipping is the reference consumer of the outbox stream: it
+// ships every order whose ORDER_PAID it reads, through durable's
+// conditional PAID -> SHIPPED transition, deduplicated on the outbox id.
+// It joins durable and durable/redisstream, so that the broker package
+// needs no database client.
+package shipping
+
+import (
+	"context"
+
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/redisstream"
+)
+
+// Store is what the reference shipper needs of Postgres. *durable.Store
+// satisfies it.
+type Store interface {
+	Ship(ctx context.Context, consumer string, outboxID int64, orderNo string) (durable.ShipResult, durable.State, error)
+}
+
+// OnPaid is the reference consumer's handler: on ORDER_PAID it ships the
+// order through the conditional PAID -> SHIPPED transition, deduplicated on
+// the outbox id, in one transaction (durable.Store.Ship); other topics are
+// acknowledged untouched. onResult, if set, hears every decision.
+func OnPaid(store Store, consumer string, onResult func(redisstream.Message, durable.ShipResult)) func(context.Context, redisstream.Message) error {
+	return func(ctx context.Context, m redisstream.Message) error {
+		if m.Topic != string(durable.TopicOrderPaid) {
+			return nil
+		}
+		r, _, err := store.Ship(ctx, consumer, m.OutboxID, m.OrderNo)
+		if err != nil {
+			return err
+		}
+		if onResult != nil {
+			onResult(m, r)
+		}
+		return nil
+	}
+}
