@@ -129,8 +129,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzNotify$$' -fuzztime $(FUZZTIME) ./edge/channel/
 	$(GO) test -run '^$$' -fuzz '^FuzzWeChat$$' -fuzztime $(FUZZTIME) ./edge/channel/
 	$(GO) test -run '^$$' -fuzz '^FuzzAlipay$$' -fuzztime $(FUZZTIME) ./edge/channel/
-	$(GO) test -run '^$$' -fuzz '^FuzzAdminRoute$$' -fuzztime $(FUZZTIME) ./edge/
-	$(GO) test -run '^$$' -fuzz '^FuzzAdminBody$$' -fuzztime $(FUZZTIME) ./edge/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminRoute$$' -fuzztime $(FUZZTIME) ./edge/admin/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminBody$$' -fuzztime $(FUZZTIME) ./edge/admin/
 
 ## lint: gofmt, go vet, the import-direction check and no test code in edged
 lint:

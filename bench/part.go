@@ -23,6 +23,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/shipping"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -187,7 +188,7 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 	if r.URLNetHTTP, err = serveLoopback(stops, hs.Serve, hs.Shutdown); err != nil {
 		return r, err
 	}
-	admin, err := edge.NewAdmin(edge.AdminConfig{Reviews: store, Postgres: store, Metrics: metrics, Logger: logger})
+	admin, err := admin.New(admin.Config{Reviews: store, Postgres: store, Metrics: metrics, Logger: logger})
 	if err != nil {
 		return r, err
 	}

@@ -2,7 +2,9 @@
 // for POST /notify/{channel}, the channel adapters (authenticate, parse, key
 // and digest a callback; render the channel's acknowledgement), the one
 // request flow that asks the cache and the durable authority, the answers
-// table, metrics, logs and the admin listener.
+// table, metrics and logs. The admin listener (operators' and order
+// systems' endpoints) is a room of its own, edge/admin; it uses edge's
+// metrics and decides re-driven deliveries through Server.Redrive.
 //
 // The flow is transport-neutral (Request in, Answer out), so the net/http
 // adapter (ServeHTTP) is a few lines beside the fasthttp one.

@@ -19,6 +19,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/admin"
 )
 
 // lockedBuffer collects log output written from many goroutines.
@@ -306,7 +307,7 @@ func TestRepeatedSignatureHeader(t *testing.T) {
 }
 
 // panickingReviews panics on ResolveReview: a handler bug, injected.
-type panickingReviews struct{ edge.ReviewQueue }
+type panickingReviews struct{ admin.ReviewQueue }
 
 func (panickingReviews) ResolveReview(context.Context, int64, string, string) (durable.Review, error) {
 	panic("injected")
@@ -317,7 +318,7 @@ func (panickingReviews) ResolveReview(context.Context, int64, string, string) (d
 func TestAdminSurvives(t *testing.T) {
 	var logs lockedBuffer
 	b := setup(t, options{logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-		reviews: func(q edge.ReviewQueue) edge.ReviewQueue { return panickingReviews{q} }})
+		reviews: func(q admin.ReviewQueue) admin.ReviewQueue { return panickingReviews{q} }})
 	for _, path := range []string{"/review/resolve", "/review//resolve", "/review/0/resolve", "/review/x/resolve",
 		"/review/99999999999999999999/resolve", "//review/1/resolve", "/review/1/resolve/"} {
 		code, got := b.admin(t, "POST", path, adminToken, `{"resolution":"r","by":"me"}`)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 )
 
@@ -26,6 +27,12 @@ type httpLog struct {
 // newHTTPLog allows 5 lines a second with bursts of 20.
 func newHTTPLog(log *slog.Logger, dropped prometheus.Counter) *httpLog {
 	return &httpLog{log: log, limit: rate.NewLimiter(5, 20), dropped: dropped}
+}
+
+// NewHTTPLogger returns the HTTP layer's log for another listener of the
+// process (the admin listener): the same redaction and rate limit.
+func NewHTTPLogger(log *slog.Logger, dropped prometheus.Counter) fasthttp.Logger {
+	return newHTTPLog(log, dropped)
 }
 
 // allow reports whether one more line may be written now.

@@ -23,6 +23,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -81,7 +82,7 @@ type options struct {
 	// dbMaxConns caps the callback pool (0: durable's default).
 	dbMaxConns int32
 	// reviews wraps the admin's review queue (fault injection).
-	reviews func(edge.ReviewQueue) edge.ReviewQueue
+	reviews func(admin.ReviewQueue) admin.ReviewQueue
 }
 
 func setup(t testing.TB, o options) *bundle {
@@ -174,7 +175,7 @@ func setup(t testing.TB, o options) *bundle {
 	if o.noTokens {
 		token = ""
 	}
-	var reviews edge.ReviewQueue = store
+	var reviews admin.ReviewQueue = store
 	if o.reviews != nil {
 		reviews = o.reviews(store)
 	}
@@ -182,11 +183,11 @@ func setup(t testing.TB, o options) *bundle {
 	if o.noTokens {
 		otoken = ""
 	}
-	var bumper edge.EpochBumper
+	var bumper admin.EpochBumper
 	if o.epoch {
 		bumper = store
 	}
-	admin, err := edge.NewAdmin(edge.AdminConfig{Token: token, OrdersToken: otoken, Orders: store, Redrive: srv, Reviews: reviews, Postgres: store, Metrics: metrics,
+	admin, err := admin.New(admin.Config{Token: token, OrdersToken: otoken, Orders: store, Redrive: srv, Reviews: reviews, Postgres: store, Metrics: metrics,
 		Draining: srv.Draining, RedisState: redisState, CacheEpoch: bumper, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)

@@ -161,9 +161,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// HeaderReplayed marks an answer that replays a stored first answer.
+const HeaderReplayed = "Idempotent-Replayed"
+
 var (
 	notifyPrefix   = []byte("/notify/")
-	headerReplayed = "Idempotent-Replayed"
+	headerReplayed = HeaderReplayed
 	valueTrue      = []byte("true")
 	methodNotPost  = "method not allowed: use POST"
 	noSuchPath     = "no such path: POST /notify/{channel}"
@@ -249,6 +252,11 @@ func (s *Server) handleFastError(ctx *fasthttp.RequestCtx, err error) {
 	s.write(ctx, x)
 	s.finish(start, x)
 }
+
+// FastErrorAnswer maps what fasthttp refused before a handler (of any of
+// the process's listeners, whose largest body is maxBody) to a status and a
+// message that holds none of the request's bytes.
+func FastErrorAnswer(err error, maxBody int) (int, string) { return fastErrorAnswer(err, maxBody) }
 
 // fastErrorAnswer maps what fasthttp refused before a handler to a status
 // and a message that holds none of the request's bytes.

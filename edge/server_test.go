@@ -16,6 +16,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -83,7 +84,7 @@ func (f pingerFunc) Ping(ctx context.Context) error { return f(ctx) }
 
 func TestReadyzWhenPostgresIsDown(t *testing.T) {
 	b := setup(t, options{})
-	admin, err := edge.NewAdmin(edge.AdminConfig{Reviews: b.store, Metrics: edge.NewMetrics(nil),
+	admin, err := admin.New(admin.Config{Reviews: b.store, Metrics: edge.NewMetrics(nil),
 		Postgres: pingerFunc(func(context.Context) error { return errors.New("connection refused") })})
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/admin"
 )
 
 func main() {
@@ -84,7 +85,7 @@ type Main struct {
 	cache   *claimcache.Cache
 	store   *durable.Store
 	server  *edge.Server
-	admin   *edge.Admin
+	admin   *admin.Server
 	ln      net.Listener
 	adminLn net.Listener
 	failed  chan error
@@ -101,16 +102,16 @@ type Main struct {
 
 // Compile-time checks that the concrete parts satisfy edge's interfaces.
 var (
-	_ edge.Authority   = (*durable.Store)(nil)
-	_ edge.ReviewQueue = (*durable.Store)(nil)
-	_ edge.Pinger      = (*durable.Store)(nil)
-	_ edge.Backlog     = (*durable.Store)(nil)
-	_ edge.Cache       = (*claimcache.Cache)(nil)
-	_ edge.OrderStore  = (*durable.Store)(nil)
-	_ edge.Authority   = (*lazyStore)(nil)
-	_ edge.ReviewQueue = (*lazyStore)(nil)
-	_ edge.OrderStore  = (*lazyStore)(nil)
-	_ edge.Backlog     = (*lazyStore)(nil)
+	_ edge.Authority    = (*durable.Store)(nil)
+	_ admin.ReviewQueue = (*durable.Store)(nil)
+	_ admin.Pinger      = (*durable.Store)(nil)
+	_ edge.Backlog      = (*durable.Store)(nil)
+	_ edge.Cache        = (*claimcache.Cache)(nil)
+	_ admin.OrderStore  = (*durable.Store)(nil)
+	_ edge.Authority    = (*lazyStore)(nil)
+	_ admin.ReviewQueue = (*lazyStore)(nil)
+	_ admin.OrderStore  = (*lazyStore)(nil)
+	_ edge.Backlog      = (*lazyStore)(nil)
 )
 
 // NewMain returns a Main for cfg, logging JSON to stderr.
@@ -181,7 +182,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.relayState.Store("off")
-	m.admin, err = edge.NewAdmin(edge.AdminConfig{
+	m.admin, err = admin.New(admin.Config{
 		Token:       cfg.AdminToken,
 		OrdersToken: cfg.OrdersToken,
 		Orders:      &m.lazy,

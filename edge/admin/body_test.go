@@ -1,4 +1,4 @@
-package edge
+package admin
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package edge
+package admin
 
 import (
 	"context"
@@ -19,7 +19,7 @@ type EpochBumper interface {
 // by hand, or restored Postgres or Redis, and no duplicate may be answered
 // from what the cache held before. The body is ignored. The answer is the
 // new epoch; each node switches to it within about a second.
-func (a *Admin) bumpEpoch(ctx *fasthttp.RequestCtx) {
+func (a *Server) bumpEpoch(ctx *fasthttp.RequestCtx) {
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	epoch, err := a.cfg.CacheEpoch.BumpCacheEpoch(rctx)

@@ -1,4 +1,4 @@
-package edge
+package admin
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -26,7 +27,7 @@ type OrderStore interface {
 
 // Redriver decides a stored delivery again. *Server satisfies it.
 type Redriver interface {
-	Redrive(ctx context.Context, channelName string, body []byte) (channel.Verdict, Outcome, error)
+	Redrive(ctx context.Context, channelName string, body []byte) (channel.Verdict, edge.Outcome, error)
 }
 
 // adminTimeout bounds an admin call to Postgres (the operator pool has its
@@ -157,7 +158,7 @@ func validID(s string) bool {
 
 // orders serves /orders/{order_no} (PUT, PATCH, GET, HEAD). GET takes
 // ?limit=N (1 to durable.MaxHistoryLimit): the newest rows of each list.
-func (a *Admin) orders(ctx *fasthttp.RequestCtx, orderNo string) {
+func (a *Server) orders(ctx *fasthttp.RequestCtx, orderNo string) {
 	if !validID(orderNo) {
 		jsonError(ctx, http.StatusBadRequest, "order_no: must be 1 to 64 printable ASCII characters")
 		return
@@ -228,7 +229,7 @@ var eventRefusal = map[durable.Event]string{
 }
 
 // orderEvent serves POST /orders/{order_no}/events.
-func (a *Admin) orderEvent(ctx *fasthttp.RequestCtx, orderNo string) {
+func (a *Server) orderEvent(ctx *fasthttp.RequestCtx, orderNo string) {
 	var req struct {
 		Event     string `json:"event"`
 		RequestID string `json:"request_id"`
@@ -269,7 +270,7 @@ func (a *Admin) orderEvent(ctx *fasthttp.RequestCtx, orderNo string) {
 		a.unavailable(ctx, "order event", err)
 	default:
 		if res.Replayed {
-			ctx.Response.Header.Set(headerReplayed, "true")
+			ctx.Response.Header.Set(edge.HeaderReplayed, "true")
 		}
 		writeJSON(ctx, http.StatusOK, answer{Outcome: res.Outcome.String(), Status: string(res.Status)})
 	}
@@ -285,7 +286,7 @@ var redrivable = map[durable.ReviewReason]bool{
 }
 
 // redrive serves POST /review/{id}/redrive.
-func (a *Admin) redrive(ctx *fasthttp.RequestCtx, id int64) {
+func (a *Server) redrive(ctx *fasthttp.RequestCtx, id int64) {
 	var req struct {
 		By string `json:"by"`
 	}
@@ -317,7 +318,7 @@ func (a *Admin) redrive(ctx *fasthttp.RequestCtx, id int64) {
 	channelName, _, _ := strings.Cut(r.BizKey, ":")
 	v, o, err := a.cfg.Redrive.Redrive(rctx, channelName, []byte(r.RawBody))
 	switch {
-	case errors.Is(err, ErrNoChannel):
+	case errors.Is(err, edge.ErrNoChannel):
 		jsonError(ctx, http.StatusConflict, "the row's channel is not configured on this node")
 		return
 	case err != nil:
@@ -337,8 +338,8 @@ func (a *Admin) redrive(ctx *fasthttp.RequestCtx, id int64) {
 			jsonError(ctx, http.StatusConflict, "review already resolved")
 			return
 		}
-		if o == OutcomeReplayedDB {
-			ctx.Response.Header.Set(headerReplayed, "true")
+		if o == edge.OutcomeReplayedDB {
+			ctx.Response.Header.Set(edge.HeaderReplayed, "true")
 		}
 	}
 	a.log.Info("review re-driven", "id", id, "biz_key", r.BizKey, "outcome", o.String(), "by", req.By)
@@ -351,7 +352,7 @@ func (a *Admin) redrive(ctx *fasthttp.RequestCtx, id int64) {
 }
 
 // unavailable answers 503 for a failed Postgres call and logs it.
-func (a *Admin) unavailable(ctx *fasthttp.RequestCtx, op string, err error) {
+func (a *Server) unavailable(ctx *fasthttp.RequestCtx, op string, err error) {
 	a.log.Error(op, "error", err)
 	jsonError(ctx, http.StatusServiceUnavailable, "temporarily unavailable; retry")
 }

@@ -1,4 +1,4 @@
-package edge
+package admin
 
 import (
 	"cmp"
@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/edge"
 )
 
 // ReviewQueue is the review queue the admin endpoints serve.
@@ -36,8 +37,8 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// AdminConfig configures the admin listener.
-type AdminConfig struct {
+// Config configures the admin listener.
+type Config struct {
 	// Token is EDGE_ADMIN_TOKEN: it opens every endpoint but /metrics,
 	// /healthz and /readyz, which need none; empty refuses them all.
 	Token string
@@ -53,7 +54,7 @@ type AdminConfig struct {
 	// Postgres is pinged by /readyz (required).
 	Postgres Pinger
 	// Metrics are served on /metrics (required).
-	Metrics *Metrics
+	Metrics *edge.Metrics
 	// Draining reports a drain in progress: /readyz then answers 503.
 	Draining func() bool
 	// Starting reports that the process still waits for Postgres at start:
@@ -72,22 +73,23 @@ type AdminConfig struct {
 	Logger *slog.Logger
 }
 
-// Admin is the admin listener: /metrics, /healthz, /readyz, /review.
-type Admin struct {
-	cfg     AdminConfig
+// Server is the admin listener: /metrics, /healthz, /readyz, the review
+// queue, the orders API, the cache epoch and reload.
+type Server struct {
+	cfg     Config
 	log     *slog.Logger
-	httpLog *httpLog
+	httpLog fasthttp.Logger
 	metrics fasthttp.RequestHandler
 	fast    *fasthttp.Server
 }
 
-// NewAdmin returns the admin listener for cfg.
-func NewAdmin(cfg AdminConfig) (*Admin, error) {
+// New returns the admin listener for cfg.
+func New(cfg Config) (*Server, error) {
 	if cfg.Reviews == nil || cfg.Postgres == nil || cfg.Metrics == nil {
 		return nil, errors.New("edge: admin needs Reviews, Postgres and Metrics")
 	}
-	a := &Admin{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
-	a.httpLog = newHTTPLog(a.log, cfg.Metrics.LogsDropped)
+	a := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
+	a.httpLog = edge.NewHTTPLogger(a.log, cfg.Metrics.LogsDropped)
 	a.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	a.fast = &fasthttp.Server{
 		Handler:               a.handle,
@@ -104,10 +106,10 @@ func NewAdmin(cfg AdminConfig) (*Admin, error) {
 }
 
 // Serve serves the admin endpoints on ln until Shutdown.
-func (a *Admin) Serve(ln net.Listener) error { return a.fast.Serve(ln) }
+func (a *Server) Serve(ln net.Listener) error { return a.fast.Serve(ln) }
 
 // Shutdown stops the admin listener.
-func (a *Admin) Shutdown(ctx context.Context) error { return a.fast.ShutdownWithContext(ctx) }
+func (a *Server) Shutdown(ctx context.Context) error { return a.fast.ShutdownWithContext(ctx) }
 
 // adminMaxBody bounds an admin request's body.
 const adminMaxBody = 64 << 10
@@ -125,7 +127,7 @@ func bearerToken(h []byte) ([]byte, bool) {
 // handle serves one admin request. A panic is answered 500 and logged once
 // with its stack: the public listener shares the process, and one bad
 // request on the admin side must never take it down.
-func (a *Admin) handle(ctx *fasthttp.RequestCtx) {
+func (a *Server) handle(ctx *fasthttp.RequestCtx) {
 	defer func() {
 		if p := recover(); p != nil {
 			a.log.Error("panic in admin handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -197,12 +199,12 @@ func (a *Admin) handle(ctx *fasthttp.RequestCtx) {
 
 // handleFastError answers what fasthttp refused before the handler, in
 // the same JSON as every other admin answer.
-func (a *Admin) handleFastError(ctx *fasthttp.RequestCtx, err error) {
-	code, msg := fastErrorAnswer(err, adminMaxBody)
+func (a *Server) handleFastError(ctx *fasthttp.RequestCtx, err error) {
+	code, msg := edge.FastErrorAnswer(err, adminMaxBody)
 	jsonError(ctx, code, msg)
 }
 
-func (a *Admin) readyz(ctx *fasthttp.RequestCtx) {
+func (a *Server) readyz(ctx *fasthttp.RequestCtx) {
 	state := func(f func() string) string {
 		if f == nil {
 			return "off"
@@ -235,7 +237,7 @@ func (a *Admin) readyz(ctx *fasthttp.RequestCtx) {
 // token and any extra tokens the endpoint also takes; a token that is not
 // configured (empty) opens nothing, so with none configured it refuses
 // everyone.
-func (a *Admin) authorized(ctx *fasthttp.RequestCtx, extra ...string) bool {
+func (a *Server) authorized(ctx *fasthttp.RequestCtx, extra ...string) bool {
 	got, ok := bearerToken(ctx.Request.Header.Peek("Authorization"))
 	if ok {
 		for _, tok := range append([]string{a.cfg.Token}, extra...) {
@@ -274,7 +276,7 @@ func toReviewJSON(r durable.Review) reviewJSON {
 	return out
 }
 
-func (a *Admin) listReviews(ctx *fasthttp.RequestCtx) {
+func (a *Server) listReviews(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	q := durable.ReviewQuery{State: durable.ReviewState(cmp.Or(string(args.Peek("state")), "open"))}
 	switch q.State {
@@ -318,7 +320,7 @@ func (a *Admin) listReviews(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, http.StatusOK, page)
 }
 
-func (a *Admin) resolve(ctx *fasthttp.RequestCtx, id int64) {
+func (a *Server) resolve(ctx *fasthttp.RequestCtx, id int64) {
 	var req struct {
 		Resolution string `json:"resolution"`
 		By         string `json:"by"`
@@ -372,7 +374,7 @@ func jsonError(ctx *fasthttp.RequestCtx, code int, msg string) {
 
 // reload re-reads the credentials: 200 {"result":"ok"}, or 500 with the
 // reason and the old set still in force.
-func (a *Admin) reload(ctx *fasthttp.RequestCtx) {
+func (a *Server) reload(ctx *fasthttp.RequestCtx) {
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ctx.SetContentType("application/json")
