@@ -188,7 +188,7 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 	if r.URLNetHTTP, err = serveLoopback(stops, hs.Serve, hs.Shutdown); err != nil {
 		return r, err
 	}
-	admin, err := admin.New(admin.Config{Reviews: store, Postgres: store, Metrics: metrics, Logger: logger})
+	admin, err := admin.New(admin.Config{Deps: admin.Deps{Reviews: store, Postgres: store}, Metrics: metrics, Logger: logger})
 	if err != nil {
 		return r, err
 	}

@@ -78,7 +78,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 			// Authentic, but for another merchant or app: a human must look.
 			x.path = PathDurable
 			ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
-			err := s.authority.RecordReview(ctx, s.notification(x), durable.ReviewMerchantMismatch)
+			err := s.auth().RecordReview(ctx, s.notification(x), durable.ReviewMerchantMismatch)
 			cancel()
 			if err != nil {
 				x.err = err
@@ -161,7 +161,7 @@ func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 	x.path = PathDurable
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
 	defer cancel()
-	return s.authority.Process(ctx, s.notification(x))
+	return s.auth().Process(ctx, s.notification(x))
 }
 
 // notification copies the delivery out of request-scoped bytes. The trade

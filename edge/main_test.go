@@ -187,8 +187,9 @@ func setup(t testing.TB, o options) *bundle {
 	if o.epoch {
 		bumper = store
 	}
-	admin, err := admin.New(admin.Config{Token: token, OrdersToken: otoken, Orders: store, Redrive: srv, Reviews: reviews, Postgres: store, Metrics: metrics,
-		Draining: srv.Draining, RedisState: redisState, CacheEpoch: bumper, Logger: o.logger})
+	admin, err := admin.New(admin.Config{Token: token, OrdersToken: otoken, Metrics: metrics,
+		Deps:     admin.Deps{Orders: store, Redrive: srv, Reviews: reviews, Postgres: store, CacheEpoch: bumper},
+		Draining: srv.Draining, RedisState: redisState, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

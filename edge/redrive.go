@@ -32,7 +32,7 @@ func (s *Server) Redrive(ctx context.Context, channelName string, body []byte) (
 		o := rejectOutcome(rej.Kind)
 		return failVerdict(o, "", rej.Message), o, nil
 	}
-	res, err := s.authority.Process(ctx, s.notification(x))
+	res, err := s.auth().Process(ctx, s.notification(x))
 	if err != nil {
 		return channel.Verdict{}, OutcomeUnavailable, fmt.Errorf("redrive %s: %w", x.d.Key, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/valyala/fasthttp"
 )
@@ -22,7 +23,9 @@ import (
 type Config struct {
 	// Channels are the configured channels (at least one).
 	Channels []channel.Channel
-	// Authority decides deliveries (required).
+	// Authority decides deliveries. nil: none yet (SetAuthority swaps it in
+	// once the database answers; until then every delivery that needs it
+	// is 503).
 	Authority Authority
 	// Cache answers hot duplicates (nil: off, Postgres answers everything).
 	Cache Cache
@@ -52,7 +55,7 @@ type Config struct {
 // Server is the public callback endpoint.
 type Server struct {
 	channels      atomic.Pointer[map[string]channel.Channel] // swapped whole by SetChannels
-	authority     Authority
+	authority     atomic.Pointer[Authority]                  // nil until SetAuthority
 	cache         Cache
 	budget        time.Duration
 	durableBudget time.Duration // the durable step's deadline
@@ -84,24 +87,23 @@ func (s *Server) SetChannels(chs []channel.Channel) error {
 
 // New returns a Server for cfg.
 func New(cfg Config) (*Server, error) {
-	if cfg.Authority == nil {
-		return nil, errors.New("edge: no Authority")
-	}
 	if len(cfg.Channels) == 0 {
 		return nil, errors.New("edge: no channel configured")
 	}
 	s := &Server{
-		authority: cfg.Authority,
-		cache:     cfg.Cache,
-		budget:    cmp.Or(cfg.Budget, 200*time.Millisecond),
-		maxBody:   cmp.Or(cfg.MaxBody, 64<<10),
-		log:       cmp.Or(cfg.Logger, slog.Default()),
-		maxConns:  cmp.Or(cfg.Concurrency, 4096),
+		cache:    cfg.Cache,
+		budget:   cmp.Or(cfg.Budget, 200*time.Millisecond),
+		maxBody:  cmp.Or(cfg.MaxBody, 64<<10),
+		log:      cmp.Or(cfg.Logger, slog.Default()),
+		maxConns: cmp.Or(cfg.Concurrency, 4096),
 	}
 	s.maxConnsPerIP = max(cmp.Or(cfg.MaxConnsPerIP, 256), 0)
 	names := make([]string, 0, len(cfg.Channels))
 	for _, ch := range cfg.Channels {
 		names = append(names, ch.Name())
+	}
+	if cfg.Authority != nil {
+		s.SetAuthority(cfg.Authority)
 	}
 	if err := s.SetChannels(cfg.Channels); err != nil {
 		return nil, err
@@ -251,6 +253,33 @@ func (s *Server) handleFastError(ctx *fasthttp.RequestCtx, err error) {
 	x.verdict.HTTP = code
 	s.write(ctx, x)
 	s.finish(start, x)
+}
+
+// SetAuthority swaps in the authority, whole, as SetChannels swaps the
+// channel set: a process may open its listeners before the database
+// answers and hand the authority over once it does.
+func (s *Server) SetAuthority(a Authority) { s.authority.Store(&a) }
+
+// errNoAuthority answers a delivery that arrived before SetAuthority.
+var errNoAuthority = errors.New("edge: no authority yet: the database is not ready")
+
+// auth returns the authority, or a stand-in that answers errNoAuthority.
+func (s *Server) auth() Authority {
+	if a := s.authority.Load(); a != nil {
+		return *a
+	}
+	return authorityNotYet{}
+}
+
+// authorityNotYet is the authority before SetAuthority.
+type authorityNotYet struct{}
+
+func (authorityNotYet) Process(context.Context, durable.Notification) (durable.Result, error) {
+	return durable.Result{}, errNoAuthority
+}
+
+func (authorityNotYet) RecordReview(context.Context, durable.Notification, durable.ReviewReason) error {
+	return errNoAuthority
 }
 
 // FastErrorAnswer maps what fasthttp refused before a handler (of any of

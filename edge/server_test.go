@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -84,8 +85,8 @@ func (f pingerFunc) Ping(ctx context.Context) error { return f(ctx) }
 
 func TestReadyzWhenPostgresIsDown(t *testing.T) {
 	b := setup(t, options{})
-	admin, err := admin.New(admin.Config{Reviews: b.store, Metrics: edge.NewMetrics(nil),
-		Postgres: pingerFunc(func(context.Context) error { return errors.New("connection refused") })})
+	admin, err := admin.New(admin.Config{Metrics: edge.NewMetrics(nil), Deps: admin.Deps{Reviews: b.store,
+		Postgres: pingerFunc(func(context.Context) error { return errors.New("connection refused") })}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,5 +156,45 @@ func TestNetHTTPAdapterSameAnswers(t *testing.T) {
 	big := strings.Repeat("x", 70<<10)
 	if got := nb.send(t, "POST", "/notify/acme", signed(t, testSecret, time.Now(), big), big); got.status != 413 {
 		t.Errorf("too large: %d %s", got.status, got.body)
+	}
+}
+
+// An admin listener started before Postgres answers: ready "starting", 503
+// where Postgres is needed (after the token check), until its dependencies
+// are attached whole; then it serves them.
+func TestAdminStartingUntilAttached(t *testing.T) {
+	b := setup(t, options{})
+	a, err := admin.New(admin.Config{Token: adminToken, OrdersToken: ordersToken, Metrics: edge.NewMetrics(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t)
+	go a.Serve(ln)
+	defer a.Shutdown(context.Background())
+	b.adminURL = "http://" + ln.Addr().String()
+	if code, got := b.admin(t, "GET", "/readyz", "", ""); code != 503 || got["postgres"] != "starting" {
+		t.Errorf("readyz before Attach: %d %v", code, got)
+	}
+	for _, c := range []struct{ method, path, token string }{
+		{"GET", "/review", adminToken}, {"GET", "/orders/O-1", ordersToken}, {"POST", "/cache/epoch", adminToken},
+	} {
+		if code, got := b.admin(t, c.method, c.path, c.token, ""); code != 503 || !strings.Contains(fmt.Sprint(got["message"]), "starting") {
+			t.Errorf("%s %s before Attach: %d %v, want 503 starting", c.method, c.path, code, got)
+		}
+	}
+	if code, _ := b.admin(t, "GET", "/review", "", ""); code != 401 {
+		t.Errorf("no token before Attach: %d, want 401", code)
+	}
+	if err := a.Attach(admin.Deps{Orders: b.store, Reviews: b.store, Postgres: b.store}); err != nil {
+		t.Fatal(err)
+	}
+	if code, got := b.admin(t, "GET", "/readyz", "", ""); code != 200 || got["postgres"] != "ok" {
+		t.Errorf("readyz after Attach: %d %v", code, got)
+	}
+	if code, _ := b.admin(t, "GET", "/review", adminToken, ""); code != 200 {
+		t.Errorf("review after Attach: %d", code)
+	}
+	if code, _ := b.admin(t, "POST", "/cache/epoch", adminToken, ""); code != 404 {
+		t.Errorf("cache epoch attached without a bumper: %d, want 404", code)
 	}
 }

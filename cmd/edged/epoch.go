@@ -8,24 +8,18 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache"
 )
 
-// CacheEpoch reads the store's cache epoch: errStarting until Postgres is
-// ready, so the cache answers nothing before it knows the epoch (Postgres
+// errStarting is the cache epoch's read while edged still waits for
+// Postgres: the cache answers nothing before it knows the epoch (Postgres
 // decides, and the public listener is not open yet anyway).
-func (l *lazyStore) CacheEpoch(ctx context.Context) (string, error) {
-	s, err := l.get()
-	if err != nil {
-		return "", err
+var errStarting = errors.New("edged is starting: Postgres is not ready yet")
+
+// cacheEpoch reads the store's cache epoch for the claim cache.
+func (m *Main) cacheEpoch(ctx context.Context) (string, error) {
+	s := m.ready.Load()
+	if s == nil {
+		return "", errStarting
 	}
 	return s.CacheEpoch(ctx)
-}
-
-// BumpCacheEpoch serves POST /cache/epoch (503 while starting).
-func (l *lazyStore) BumpCacheEpoch(ctx context.Context) (string, error) {
-	s, err := l.get()
-	if err != nil {
-		return "", err
-	}
-	return s.BumpCacheEpoch(ctx)
 }
 
 // logEpochError logs a failed read of the cache epoch (the cache keeps the

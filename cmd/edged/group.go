@@ -2,12 +2,14 @@ package main
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/notifyedge/notifyedge/durable"
 )
 
 // groupCollector exports group commit's counters: how deliveries were
 // decided (batched, alone, handed back busy, retried after a failed batch)
 // and how many batches; batched ÷ batches is the mean batch size.
-type groupCollector struct{ lazy *lazyStore }
+type groupCollector struct{ store *durable.Store }
 
 var (
 	descGroupBatches = prometheus.NewDesc("notifyedge_group_batches_total",
@@ -24,11 +26,7 @@ func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
-	s, err := c.lazy.get()
-	if err != nil {
-		return
-	}
-	st := s.GroupStats()
+	st := c.store.GroupStats()
 	if st == nil {
 		return
 	}

@@ -79,7 +79,9 @@ type Main struct {
 	Logger *slog.Logger
 
 	cluster *pgtemp.Cluster
-	lazy    lazyStore // the store once Postgres is ready (admin answers before)
+	// ready is the store once Postgres answers, for what runs before it
+	// does (the cache's epoch reads); store is the same, for Run and Close.
+	ready   atomic.Pointer[durable.Store]
 	mini    *miniredis.Miniredis
 	redis   redis.UniversalClient
 	cache   *claimcache.Cache
@@ -108,10 +110,8 @@ var (
 	_ edge.Backlog      = (*durable.Store)(nil)
 	_ edge.Cache        = (*claimcache.Cache)(nil)
 	_ admin.OrderStore  = (*durable.Store)(nil)
-	_ edge.Authority    = (*lazyStore)(nil)
-	_ admin.ReviewQueue = (*lazyStore)(nil)
-	_ admin.OrderStore  = (*lazyStore)(nil)
-	_ edge.Backlog      = (*lazyStore)(nil)
+	_ admin.EpochBumper = (*durable.Store)(nil)
+	_ admin.Redriver    = (*edge.Server)(nil)
 )
 
 // NewMain returns a Main for cfg, logging JSON to stderr.
@@ -156,8 +156,6 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	metrics.RegisterBacklog(&m.lazy)
-	metrics.Registry.MustRegister(groupCollector{lazy: &m.lazy})
 	var cache edge.Cache
 	redisState := func() string { return "off" }
 	if cfg.RedisURL != "" {
@@ -166,13 +164,14 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		cache, redisState = m.cache, m.cache.State
 	}
+	// The authority and the admin's stores are swapped in whole once
+	// Postgres answers; the public listener opens only after that.
 	m.server, err = edge.New(edge.Config{
-		Channels:  channels,
-		Authority: &m.lazy,
-		Cache:     cache,
-		Budget:    cfg.Budget,
-		MaxBody:   cfg.MaxBody,
-		Metrics:   metrics,
+		Channels: channels,
+		Cache:    cache,
+		Budget:   cfg.Budget,
+		MaxBody:  cfg.MaxBody,
+		Metrics:  metrics,
 		// 0 in the configuration means no cap; edge's zero is its default.
 		MaxConnsPerIP: cmp.Or(cfg.MaxConnsPerIP, -1),
 		IdleTimeout:   cfg.IdleTimeout,
@@ -185,16 +184,10 @@ func (m *Main) Run(ctx context.Context) error {
 	m.admin, err = admin.New(admin.Config{
 		Token:       cfg.AdminToken,
 		OrdersToken: cfg.OrdersToken,
-		Orders:      &m.lazy,
-		Redrive:     m.server,
-		Reviews:     &m.lazy,
-		Postgres:    &m.lazy,
 		Metrics:     metrics,
 		Draining:    m.server.Draining,
-		Starting:    m.lazy.starting,
 		RedisState:  redisState,
 		RelayState:  func() string { return m.relayState.Load().(string) },
-		CacheEpoch:  &m.lazy,
 		Reload:      creds.Reload,
 		Logger:      m.Logger,
 	})
@@ -224,7 +217,13 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	m.lazy.set(store)
+	m.ready.Store(store)
+	m.server.SetAuthority(store)
+	metrics.RegisterBacklog(store)
+	metrics.Registry.MustRegister(groupCollector{store: store})
+	if err := m.admin.Attach(admin.Deps{Orders: store, Redrive: m.server, Reviews: store, Postgres: store, CacheEpoch: store}); err != nil {
+		return err
+	}
 	if m.cache != nil {
 		// Until the cache knows the database's epoch it answers nothing:
 		// read it now, not at its next tick (a failure is logged).
@@ -273,7 +272,7 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 		// The epoch of the database the entries mirror is in every key: a
 		// restored or promoted database, or one an operator repaired and
 		// bumped the epoch of, is never answered for by entries of its past.
-		Epoch:   m.lazy.CacheEpoch,
+		Epoch:   m.cacheEpoch,
 		OnEpoch: func(e string) { m.Logger.Info("cache epoch", "epoch", e) },
 		OnError: func(err error) {
 			if !logEpochError(m.Logger, err) {

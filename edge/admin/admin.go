@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -45,27 +46,16 @@ type Config struct {
 	// OrdersToken is EDGE_ORDERS_TOKEN: it opens /orders only (order
 	// systems must not read review bodies); empty: only Token opens it.
 	OrdersToken string
-	// Orders serves /orders; Redrive decides review rows again (nil: those
-	// endpoints are 404).
-	Orders  OrderStore
-	Redrive Redriver
-	// Reviews serves /review (required).
-	Reviews ReviewQueue
-	// Postgres is pinged by /readyz (required).
-	Postgres Pinger
+	// Deps, when Reviews and Postgres are set, are attached at once;
+	// otherwise the listener starts without them (see Attach).
+	Deps
 	// Metrics are served on /metrics (required).
 	Metrics *edge.Metrics
 	// Draining reports a drain in progress: /readyz then answers 503.
 	Draining func() bool
-	// Starting reports that the process still waits for Postgres at start:
-	// /readyz then answers 503 with "postgres":"starting" (not "down").
-	Starting func() bool
 	// RedisState and RelayState report "ok"/"degraded"/"off" and
 	// "running"/"standby"/"off" for /readyz (nil: "off").
 	RedisState, RelayState func() string
-	// CacheEpoch bumps the cache epoch for POST /cache/epoch (nil: that endpoint
-	// is 404).
-	CacheEpoch EpochBumper
 	// Reload re-reads the credentials for POST /reload (nil: that endpoint
 	// is not served). Its error, if any, names the variable and the reason.
 	Reload func(ctx context.Context) error
@@ -73,22 +63,46 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Deps are what the admin listener asks of Postgres and of the public
+// listener: they exist once Postgres answers. *durable.Store is every
+// store; *edge.Server is the Redriver.
+type Deps struct {
+	// Orders serves /orders; Redrive decides review rows again; CacheEpoch
+	// serves POST /cache/epoch (nil: those endpoints are 404).
+	Orders     OrderStore
+	Redrive    Redriver
+	CacheEpoch EpochBumper
+	// Reviews serves /review (required).
+	Reviews ReviewQueue
+	// Postgres is pinged by /readyz (required).
+	Postgres Pinger
+}
+
 // Server is the admin listener: /metrics, /healthz, /readyz, the review
 // queue, the orders API, the cache epoch and reload.
 type Server struct {
-	cfg     Config
+	cfg Config
+	// deps are swapped in whole once Postgres answers (nil until then:
+	// /readyz says "starting" and what needs Postgres answers 503).
+	deps    atomic.Pointer[Deps]
 	log     *slog.Logger
 	httpLog fasthttp.Logger
 	metrics fasthttp.RequestHandler
 	fast    *fasthttp.Server
 }
 
-// New returns the admin listener for cfg.
+// New returns the admin listener for cfg: serving, with cfg.Deps attached
+// if they are set, or starting until Attach.
 func New(cfg Config) (*Server, error) {
-	if cfg.Reviews == nil || cfg.Postgres == nil || cfg.Metrics == nil {
-		return nil, errors.New("edge: admin needs Reviews, Postgres and Metrics")
+	if cfg.Metrics == nil {
+		return nil, errors.New("admin: Metrics is required")
 	}
 	a := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
+	if cfg.Reviews != nil || cfg.Postgres != nil {
+		if err := a.Attach(cfg.Deps); err != nil {
+			return nil, err
+		}
+	}
 	a.httpLog = edge.NewHTTPLogger(a.log, cfg.Metrics.LogsDropped)
 	a.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Metrics.Registry, promhttp.HandlerOpts{}))
 	a.fast = &fasthttp.Server{
@@ -103,6 +117,22 @@ func New(cfg Config) (*Server, error) {
 		Logger:                a.httpLog,
 	}
 	return a, nil
+}
+
+// Attach swaps in the dependencies that exist once Postgres answers, all at
+// once: until then the listener serves health, readiness ("starting") and
+// metrics, and answers 503 where Postgres is needed.
+func (a *Server) Attach(d Deps) error {
+	if d.Reviews == nil || d.Postgres == nil {
+		return errors.New("admin: Reviews and Postgres are required")
+	}
+	a.deps.Store(&d)
+	return nil
+}
+
+// starting answers what needs Postgres before Attach.
+func starting(ctx *fasthttp.RequestCtx) {
+	jsonError(ctx, http.StatusServiceUnavailable, "starting: Postgres is not ready yet; retry")
 }
 
 // Serve serves the admin endpoints on ln until Shutdown.
@@ -145,6 +175,7 @@ func (a *Server) handle(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, http.StatusMethodNotAllowed, "method not allowed: use "+r.allowed)
 		return
 	}
+	d := a.deps.Load()
 	switch r.ep {
 	case epMetrics:
 		a.metrics(ctx)
@@ -152,29 +183,7 @@ func (a *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain")
 		ctx.SetBodyString("ok\n")
 	case epReadyz:
-		a.readyz(ctx)
-	case epReviews:
-		if a.authorized(ctx) {
-			a.listReviews(ctx)
-		}
-	case epReviewResolve:
-		if a.authorized(ctx) {
-			a.resolve(ctx, r.id)
-		}
-	case epReviewRedrive:
-		switch {
-		case a.cfg.Redrive == nil:
-			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
-		case a.authorized(ctx):
-			a.redrive(ctx, r.id)
-		}
-	case epCacheEpoch:
-		switch {
-		case a.cfg.CacheEpoch == nil:
-			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
-		case a.authorized(ctx):
-			a.bumpEpoch(ctx)
-		}
+		a.readyz(ctx, d)
 	case epReload:
 		switch {
 		case a.cfg.Reload == nil:
@@ -184,14 +193,42 @@ func (a *Server) handle(ctx *fasthttp.RequestCtx) {
 		}
 	case epOrder, epOrderEvents:
 		switch {
-		case a.cfg.Orders == nil:
+		case d != nil && d.Orders == nil:
 			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
 		case !a.authorized(ctx, a.cfg.OrdersToken):
+		case d == nil:
+			starting(ctx)
 		case r.ep == epOrder:
-			a.orders(ctx, r.orderNo)
+			a.orders(ctx, d, r.orderNo)
 		default:
-			a.orderEvent(ctx, r.orderNo)
+			a.orderEvent(ctx, d, r.orderNo)
 		}
+	default:
+		a.operator(ctx, d, r)
+	}
+}
+
+// operator serves the endpoints that take the admin token only.
+func (a *Server) operator(ctx *fasthttp.RequestCtx, d *Deps, r adminRoute) {
+	switch {
+	case d != nil && (r.ep == epReviewRedrive && d.Redrive == nil || r.ep == epCacheEpoch && d.CacheEpoch == nil):
+		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
+		return
+	case !a.authorized(ctx):
+		return
+	case d == nil:
+		starting(ctx)
+		return
+	}
+	switch r.ep {
+	case epReviews:
+		a.listReviews(ctx, d)
+	case epReviewResolve:
+		a.resolve(ctx, d, r.id)
+	case epReviewRedrive:
+		a.redrive(ctx, d, r.id)
+	case epCacheEpoch:
+		a.bumpEpoch(ctx, d)
 	default:
 		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
 	}
@@ -204,16 +241,13 @@ func (a *Server) handleFastError(ctx *fasthttp.RequestCtx, err error) {
 	jsonError(ctx, code, msg)
 }
 
-func (a *Server) readyz(ctx *fasthttp.RequestCtx) {
+func (a *Server) readyz(ctx *fasthttp.RequestCtx, d *Deps) {
 	state := func(f func() string) string {
 		if f == nil {
 			return "off"
 		}
 		return f()
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	err := a.cfg.Postgres.Ping(pctx)
-	cancel()
 	body := struct {
 		Postgres string `json:"postgres"`
 		Redis    string `json:"redis"`
@@ -221,11 +255,15 @@ func (a *Server) readyz(ctx *fasthttp.RequestCtx) {
 		Draining bool   `json:"draining,omitempty"`
 	}{Postgres: "ok", Redis: state(a.cfg.RedisState), Relay: state(a.cfg.RelayState)}
 	code := http.StatusOK
-	switch {
-	case a.cfg.Starting != nil && a.cfg.Starting():
+	if d == nil {
 		body.Postgres, code = "starting", http.StatusServiceUnavailable
-	case err != nil:
-		body.Postgres, code = "down", http.StatusServiceUnavailable
+	} else {
+		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := d.Postgres.Ping(pctx)
+		cancel()
+		if err != nil {
+			body.Postgres, code = "down", http.StatusServiceUnavailable
+		}
 	}
 	if a.cfg.Draining != nil && a.cfg.Draining() {
 		body.Draining, code = true, http.StatusServiceUnavailable
@@ -276,7 +314,7 @@ func toReviewJSON(r durable.Review) reviewJSON {
 	return out
 }
 
-func (a *Server) listReviews(ctx *fasthttp.RequestCtx) {
+func (a *Server) listReviews(ctx *fasthttp.RequestCtx, d *Deps) {
 	args := ctx.QueryArgs()
 	q := durable.ReviewQuery{State: durable.ReviewState(cmp.Or(string(args.Peek("state")), "open"))}
 	switch q.State {
@@ -300,7 +338,7 @@ func (a *Server) listReviews(ctx *fasthttp.RequestCtx) {
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rows, err := a.cfg.Reviews.Reviews(rctx, q)
+	rows, err := d.Reviews.Reviews(rctx, q)
 	if err != nil {
 		a.log.Error("list reviews", "error", err)
 		jsonError(ctx, http.StatusServiceUnavailable, "review queue unavailable")
@@ -320,7 +358,7 @@ func (a *Server) listReviews(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, http.StatusOK, page)
 }
 
-func (a *Server) resolve(ctx *fasthttp.RequestCtx, id int64) {
+func (a *Server) resolve(ctx *fasthttp.RequestCtx, d *Deps, id int64) {
 	var req struct {
 		Resolution string `json:"resolution"`
 		By         string `json:"by"`
@@ -339,7 +377,7 @@ func (a *Server) resolve(ctx *fasthttp.RequestCtx, id int64) {
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := a.cfg.Reviews.ResolveReview(rctx, id, req.Resolution, req.By)
+	r, err := d.Reviews.ResolveReview(rctx, id, req.Resolution, req.By)
 	switch {
 	case errors.Is(err, durable.ErrReviewNotFound):
 		jsonError(ctx, http.StatusNotFound, "no such review")

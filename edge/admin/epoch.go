@@ -19,10 +19,10 @@ type EpochBumper interface {
 // by hand, or restored Postgres or Redis, and no duplicate may be answered
 // from what the cache held before. The body is ignored. The answer is the
 // new epoch; each node switches to it within about a second.
-func (a *Server) bumpEpoch(ctx *fasthttp.RequestCtx) {
+func (a *Server) bumpEpoch(ctx *fasthttp.RequestCtx, d *Deps) {
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	epoch, err := a.cfg.CacheEpoch.BumpCacheEpoch(rctx)
+	epoch, err := d.CacheEpoch.BumpCacheEpoch(rctx)
 	if err != nil {
 		a.log.Error("bump cache epoch", "error", err)
 		jsonError(ctx, http.StatusServiceUnavailable, "cache epoch not bumped: Postgres unavailable; retry")

@@ -158,7 +158,7 @@ func validID(s string) bool {
 
 // orders serves /orders/{order_no} (PUT, PATCH, GET, HEAD). GET takes
 // ?limit=N (1 to durable.MaxHistoryLimit): the newest rows of each list.
-func (a *Server) orders(ctx *fasthttp.RequestCtx, orderNo string) {
+func (a *Server) orders(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 	if !validID(orderNo) {
 		jsonError(ctx, http.StatusBadRequest, "order_no: must be 1 to 64 printable ASCII characters")
 		return
@@ -182,7 +182,7 @@ func (a *Server) orders(ctx *fasthttp.RequestCtx, orderNo string) {
 			jsonError(ctx, http.StatusBadRequest, err.Error())
 			return
 		}
-		created, err := a.cfg.Orders.PutOrder(rctx, orderNo, amount, currency)
+		created, err := d.Orders.PutOrder(rctx, orderNo, amount, currency)
 		switch {
 		case errors.Is(err, durable.ErrOrderExists):
 			code, conflict = http.StatusConflict, "the order exists with another amount or currency"
@@ -198,7 +198,7 @@ func (a *Server) orders(ctx *fasthttp.RequestCtx, orderNo string) {
 			jsonError(ctx, http.StatusBadRequest, err.Error())
 			return
 		}
-		switch err := a.cfg.Orders.PatchOrder(rctx, orderNo, amount, currency); {
+		switch err := d.Orders.PatchOrder(rctx, orderNo, amount, currency); {
 		case errors.Is(err, durable.ErrUnknownOrder):
 			jsonError(ctx, http.StatusNotFound, "no such order")
 			return
@@ -209,7 +209,7 @@ func (a *Server) orders(ctx *fasthttp.RequestCtx, orderNo string) {
 			return
 		}
 	}
-	h, err := a.cfg.Orders.OrderHistory(rctx, orderNo, limit)
+	h, err := d.Orders.OrderHistory(rctx, orderNo, limit)
 	switch {
 	case errors.Is(err, durable.ErrUnknownOrder):
 		jsonError(ctx, http.StatusNotFound, "no such order")
@@ -229,7 +229,7 @@ var eventRefusal = map[durable.Event]string{
 }
 
 // orderEvent serves POST /orders/{order_no}/events.
-func (a *Server) orderEvent(ctx *fasthttp.RequestCtx, orderNo string) {
+func (a *Server) orderEvent(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 	var req struct {
 		Event     string `json:"event"`
 		RequestID string `json:"request_id"`
@@ -252,7 +252,7 @@ func (a *Server) orderEvent(ctx *fasthttp.RequestCtx, orderNo string) {
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	res, err := a.cfg.Orders.OrderEvent(rctx, orderNo, e, req.RequestID)
+	res, err := d.Orders.OrderEvent(rctx, orderNo, e, req.RequestID)
 	type answer struct {
 		Outcome string `json:"outcome"`
 		Status  string `json:"status"`
@@ -286,7 +286,7 @@ var redrivable = map[durable.ReviewReason]bool{
 }
 
 // redrive serves POST /review/{id}/redrive.
-func (a *Server) redrive(ctx *fasthttp.RequestCtx, id int64) {
+func (a *Server) redrive(ctx *fasthttp.RequestCtx, d *Deps, id int64) {
 	var req struct {
 		By string `json:"by"`
 	}
@@ -300,7 +300,7 @@ func (a *Server) redrive(ctx *fasthttp.RequestCtx, id int64) {
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	r, err := a.cfg.Reviews.Review(rctx, id)
+	r, err := d.Reviews.Review(rctx, id)
 	switch {
 	case errors.Is(err, durable.ErrReviewNotFound):
 		jsonError(ctx, http.StatusNotFound, "no such review")
@@ -316,7 +316,7 @@ func (a *Server) redrive(ctx *fasthttp.RequestCtx, id int64) {
 		return
 	}
 	channelName, _, _ := strings.Cut(r.BizKey, ":")
-	v, o, err := a.cfg.Redrive.Redrive(rctx, channelName, []byte(r.RawBody))
+	v, o, err := d.Redrive.Redrive(rctx, channelName, []byte(r.RawBody))
 	switch {
 	case errors.Is(err, edge.ErrNoChannel):
 		jsonError(ctx, http.StatusConflict, "the row's channel is not configured on this node")
@@ -327,7 +327,7 @@ func (a *Server) redrive(ctx *fasthttp.RequestCtx, id int64) {
 	}
 	if v.Success {
 		resolution := "re-driven: " + v.Outcome
-		resolved, err := a.cfg.Reviews.ResolveRedriven(rctx, id, resolution, req.By)
+		resolved, err := d.Reviews.ResolveRedriven(rctx, id, resolution, req.By)
 		switch {
 		case err != nil:
 			a.unavailable(ctx, "resolve re-driven review", err)
