@@ -11,7 +11,11 @@
 //	pending: 'P' | digest (32 bytes) | owner token (16 bytes)   with a short TTL
 //	done:    'D' | digest (32 bytes) | response bytes           with the result TTL
 //
-// The cache is an accelerator, never the authority: Postgres decides. The
+// The response bytes are the rendered answer (status, content type and
+// body), byte for byte, so a duplicate gets exactly the first answer.
+//
+// The cache is an accelerator, never the authority: Postgres decides, and
+// every answer is right with Redis empty, slow, flushed or down. The
 // caller must Complete only after Postgres committed a DONE result, and a
 // Done verdict only ever carries bytes written that way. Any Redis error or
 // timeout is returned as an error (the caller goes to Postgres), and a
