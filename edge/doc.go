@@ -23,13 +23,15 @@
 // outcome into the HTTP status, the metric label and the message, in one
 // row per outcome.
 //
-// The first-delivery path holds no goroutine or timer of its own: the
-// authority returns by the request's deadline itself (with group commit,
-// while the batch runs on), so the edge calls it directly and answers 503
-// at the budget whatever the database is still doing. The cache's
-// completions go after the answers, several per round trip (CompleteMany):
-// a round trip per delivery, not the goroutine or the timer, was the cost
-// worth removing.
+// The budget holds whatever the database does. With group commit the
+// authority returns by the request's deadline itself (the batch runs on),
+// so the edge calls it directly, with no goroutine or timer of its own.
+// One delivery at a time, the database client may need longer to give up
+// (pgx waits for its cancel request), so the call runs on a goroutine of
+// its own and, at the hard stop just before the budget, the edge answers
+// 503 and abandons it. The cache's completions go after the answers,
+// several per round trip (CompleteMany): a round trip per delivery, not a
+// goroutine or a timer, was the cost worth removing.
 //
 // # Packages
 //
