@@ -11,7 +11,11 @@
 //	pending: 'P' | digest (32 bytes) | owner token (16 bytes)   with a short TTL
 //	done:    'D' | digest (32 bytes) | response bytes           with the result TTL
 //
-// The cache is an accelerator, never the authority: Postgres decides. The
+// The response bytes are the rendered answer (status, content type and
+// body), byte for byte, so a duplicate gets exactly the first answer.
+//
+// The cache is an accelerator, never the authority: Postgres decides, and
+// every answer is right with Redis empty, slow, flushed or down. The
 // caller must Complete only after Postgres committed a DONE result, and a
 // Done verdict only ever carries bytes written that way. Any Redis error or
 // timeout is returned as an error (the caller goes to Postgres), and a
@@ -19,4 +23,56 @@
 //
 // claimcache knows keys, digests and response bytes; nothing of orders. It
 // imports go-redis only.
+//
+// # Claim, wait, complete, abort
+//
+// Claim is one round trip, SET key pending PX ttl NX GET. No old value means
+// this request owns the key, and Postgres decides. A done entry with the
+// same digest is answered at once (the edge adds Idempotent-Replayed: true
+// and counts replayed_cache). A done entry with another digest goes to
+// Postgres, which records the conflict. Another owner's pending entry is
+// waited for: Wait polls at 1, 2, 4 ... ms (at most 16 ms apart) within
+// Config.WaitBudget (a quarter of the budget in edged), then the request
+// goes to Postgres, which blocks on its unique index and replays.
+//
+// Complete (a Lua script that never replaces a done entry) runs only after
+// Postgres committed a DONE result: applied, skipped, or a replay, which
+// refills an emptied cache. CompleteMany sends the completions that pile up
+// under load in one pipeline, after their answers went out. Every other
+// outcome aborts: a compare-and-delete of the owner's own pending entry.
+//
+// # Failures
+//
+// go-redis's defaults take seconds against a dead server and retry writes
+// (a retried claim would be sent twice), so NewClient bounds every call by
+// a per-call timeout (edged passes min(25 ms, budget/8); dials get twice
+// that) on read, write and pool wait, with ContextTimeoutEnabled and no
+// retries. Any error or timeout sends the request to Postgres and goes to
+// Config.OnError (edged counts notifyedge_cache_errors_total).
+// Config.BreakerFailures consecutive errors (default 5) open a breaker: no
+// Redis calls (notifyedge_cache_breaker_open 1, /readyz "redis":"degraded")
+// for Config.BreakerCooldown (default 1 s), then one probe decides whether
+// it closes. On a Redis Cluster every master has a breaker of its own, so a
+// dead master sends only its own keys to Postgres; the client reads the
+// slot map again every second, so a promoted replica takes its keys within
+// seconds.
+//
+// # The per-node table of done entries
+//
+// Config.LocalEntries (100,000 in edged, about 35 MB) keeps done entries in
+// the process and answers the hottest duplicates without a Redis round
+// trip, which profiling showed was 43 % of the hot path's CPU, mostly
+// syscalls. A done entry never changes (it is the committed first answer),
+// so the copy is always right. The table is filled only from Done verdicts
+// and after Complete, keeps an entry at most Config.LocalTTL (default
+// min(ResultTTL, 10 min)), and is emptied when the epoch changes. A hot
+// duplicate then allocates nothing (a !race test asserts 0 allocations per
+// request).
+//
+// # Memory
+//
+// A done entry for a generic answer costs 216 bytes by MEMORY USAGE and 278
+// bytes of used_memory (100,000 entries measured on redis-server 7.0):
+// about 265 MiB per million cached results, so a Redis holding 24 h of
+// results at 100 callbacks a second (8.6 million) needs about 2.3 GiB.
 package claimcache
