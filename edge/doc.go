@@ -25,27 +25,26 @@
 // outcome into the HTTP status, the metric label and the message, in one
 // row per outcome.
 //
-// The budget holds whatever the database does. With group commit the
-// authority returns by the request's deadline itself (the batch runs on),
-// so the edge calls it directly, with no goroutine or timer of its own.
-// One delivery at a time, the database client may need longer to give up
-// (pgx waits for its cancel request), so the call runs on a goroutine of
-// its own and, at the hard stop just before the budget, the edge answers
-// 503 and abandons it. The cache's completions go after the answers,
+// The budget holds whatever the database does: the authority returns by
+// the request's deadline itself, with group commit or one delivery at a
+// time (durable runs the transaction on, and its claim makes the channel's
+// retry a replay), so the edge calls it directly, with no goroutine or
+// timer of its own. The cache's completions go after the answers,
 // several per round trip (CompleteMany): a round trip per delivery, not a
 // goroutine or a timer, was the cost worth removing.
 //
 // # Packages
 //
-//	cmd/edged ──> edge ──> claimcache   (Redis, go-redis v9)
-//	                  └──> durable      (Postgres, pgx v5)
+//	cmd/edged ──> edge/admin ──> edge ──> claimcache   (Redis, go-redis v9)
+//	                                  └──> durable      (Postgres, pgx v5)
 //
 // What each package owns:
 //
 //   - edge: the fasthttp listener, the one request flow (flow.go), the
 //     answers table (answer.go: status, label and message per outcome),
-//     metrics, the admin listener; ServeHTTP runs the same flow behind
-//     net/http.
+//     metrics; ServeHTTP runs the same flow behind net/http.
+//   - edge/admin: the admin listener: health, readiness, metrics, the
+//     review queue and re-drive, the orders API, the cache epoch, reload.
 //   - edge/channel: the channel adapters, one file each (generic.go with
 //     jsonbody.go, wechatpay.go, alipay.go), and what they share
 //     (channel.go: Request, Delivery with its key and digest, Verdict,
@@ -61,8 +60,11 @@
 //   - durable: schema migrations, the one-transaction decision (Process),
 //     internal transitions (Transition), the orders API's reads and writes,
 //     the review queue, the outbox relay, retention, the cache epoch.
+//   - durable/outbox: the outbox message and the Publisher interface, with
+//     no database client, so brokers and their readers link none.
 //   - durable/redisstream: the outbox's Redis Streams publisher and the
-//     consumer loop (ShipOnPaid is the reference shipper's handler).
+//     consumer loop.
+//   - durable/shipping: the reference shipper's handler (OnPaid).
 //   - durable/pgtemp: throwaway PostgreSQL clusters from the local binaries
 //     (edged -dev, tests, benches); it imports no test code, so bin/edged
 //     carries none (make lint checks).
