@@ -95,6 +95,21 @@ func backends(t *testing.T) []backend {
 	}
 }
 
+// fakeClock is a Config.Now that moves only when the test advances it.
+type fakeClock struct{ nanos atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.nanos.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+// Now is the clock's time.
+func (c *fakeClock) Now() time.Time { return time.Unix(0, c.nanos.Load()) }
+
+// Advance moves the clock d forward.
+func (c *fakeClock) Advance(d time.Duration) { c.nanos.Add(int64(d)) }
+
 var keySeq int
 
 // newKey is a key of the test's own: tests never flush a shared server.
@@ -292,14 +307,16 @@ func TestCacheConformance(t *testing.T) {
 }
 
 // A dead Redis fails fast, then the breaker stops calls; a probe after the
-// cooldown closes it once Redis is back.
+// cooldown closes it once Redis is back. The cooldown runs on a fake clock:
+// on the wall clock, a call delayed past it would be a probe.
 func TestBreaker(t *testing.T) {
 	ctx := context.Background()
 	mini := miniredis.RunT(t)
+	clock := newFakeClock()
 	var opened, closed int
 	var errs int
 	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{
-		BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond,
+		BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond, Now: clock.Now,
 		OnError: func(error) { errs++ },
 		OnBreaker: func(_ string, open bool) {
 			if open {
@@ -322,7 +339,11 @@ func TestBreaker(t *testing.T) {
 	if c.State() != "degraded" || opened != 1 || errs != 3 {
 		t.Errorf("state %s opened %d errors %d", c.State(), opened, errs)
 	}
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(99 * time.Millisecond)
+	if _, err := c.Claim(ctx, k, digest("a")); !errors.Is(err, claimcache.ErrBreakerOpen) {
+		t.Fatalf("within the cooldown: %v, want still open", err)
+	}
+	clock.Advance(2 * time.Millisecond)
 	if _, err := c.Claim(ctx, k, digest("a")); err == nil || errors.Is(err, claimcache.ErrBreakerOpen) {
 		t.Fatalf("probe while still failing: %v, want the Redis error", err)
 	}
@@ -330,7 +351,11 @@ func TestBreaker(t *testing.T) {
 		t.Fatalf("after a failed probe: %v, want open again", err)
 	}
 	mini.SetError("")
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(99 * time.Millisecond)
+	if _, err := c.Claim(ctx, k, digest("a")); !errors.Is(err, claimcache.ErrBreakerOpen) {
+		t.Fatalf("within the cooldown the failed probe began: %v, want still open", err)
+	}
+	clock.Advance(2 * time.Millisecond)
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Won {
 		t.Fatalf("probe after recovery: %v %v", r.Verdict, err)
 	}
@@ -402,11 +427,14 @@ func (d *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 // With LocalEntries, a done entry answers its duplicates from the process:
 // even with Redis flushed, the answer is the committed first one; another
-// digest is a mismatch; after LocalTTL, Redis is asked again.
+// digest is a mismatch; after LocalTTL, Redis is asked again. The TTL runs
+// on a fake clock: on the wall clock, a call delayed past it would go to
+// Redis.
 func TestLocalDoneEntries(t *testing.T) {
 	ctx := context.Background()
 	mini := miniredis.RunT(t)
-	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{LocalEntries: 128, LocalTTL: 100 * time.Millisecond})
+	clock := newFakeClock()
+	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{LocalEntries: 128, LocalTTL: 100 * time.Millisecond, Now: clock.Now})
 	k := newKey(t)
 	if r, _ := c.Claim(ctx, k, digest("a")); r.Verdict != claimcache.Won {
 		t.Fatalf("first: %v", r.Verdict)
@@ -416,6 +444,7 @@ func TestLocalDoneEntries(t *testing.T) {
 	}
 	mini.FlushAll()
 	mini.SetError("LOADING down")
+	clock.Advance(100 * time.Millisecond) // the last instant of the TTL
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Done || r.Response != "answer" {
 		t.Errorf("from the local table with Redis down: %v %q %v", r.Verdict, r.Response, err)
 	}
@@ -423,7 +452,7 @@ func TestLocalDoneEntries(t *testing.T) {
 		t.Errorf("other digest: %v %v, want mismatch", r.Verdict, err)
 	}
 	mini.SetError("")
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(time.Millisecond)
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Won {
 		t.Errorf("after LocalTTL (Redis flushed): %v %v, want won from Redis", r.Verdict, err)
 	}
@@ -432,7 +461,7 @@ func TestLocalDoneEntries(t *testing.T) {
 	if err := c.Complete(ctx, k, digest("a"), []byte("answer")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(101 * time.Millisecond)
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Done {
 		t.Fatalf("after LocalTTL: %v %v, want done from Redis", r.Verdict, err)
 	}
