@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
-	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // edged puts its database's cache epoch in every cache key, and bumps it
@@ -51,14 +48,7 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 	pay := func(txn, order string) {
 		t.Helper()
 		body := `{"channel_txn_id":"` + txn + `","event_type":"PAY_SUCCESS","order_no":"` + order + `","amount":5,"currency":"CNY"}`
-		now := time.Now()
-		sig, _ := channel.SignWebhook(secret, "m-"+txn, now.Unix(), []byte(body))
-		req, _ := http.NewRequest("POST", "http://"+m.Addr()+"/notify/acme", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("webhook-id", "m-"+txn)
-		req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-		req.Header.Set("webhook-signature", sig)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(signedPost(m.Addr(), secret, "m-"+txn, body))
 		if err != nil {
 			t.Fatal(err)
 		}

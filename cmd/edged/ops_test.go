@@ -104,7 +104,10 @@ func (p *proc) wait() {
 }
 
 // signedPost is the POST of body to channel acme at addr, signed with
-// secret now under webhook-id id.
+// secret now under webhook-id id. Every signed request of these tests is
+// built here: the clock is read once, since the signature and the
+// webhook-timestamp header must name the same second (read twice, they
+// differ across a second boundary, and the edge answers 401).
 func signedPost(addr, secret, id, body string) *http.Request {
 	ts := time.Now().Unix()
 	sig, _ := channel.SignWebhook(secret, id, ts, []byte(body))

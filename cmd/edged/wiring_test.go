@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
-	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -47,13 +44,7 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 	}
 	body := `{"channel_txn_id":"T-w","event_type":"PAY_SUCCESS","order_no":"O-w","amount":5,"currency":"CNY"}`
 	post := func(id string) *http.Response {
-		sig, _ := channel.SignWebhook(secret, id, time.Now().Unix(), []byte(body))
-		req, _ := http.NewRequest("POST", "http://"+m.Addr()+"/notify/acme", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("webhook-id", id)
-		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
-		req.Header.Set("webhook-signature", sig)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(signedPost(m.Addr(), secret, id, body))
 		if err != nil {
 			t.Fatal(err)
 		}
