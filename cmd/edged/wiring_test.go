@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -60,17 +60,10 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 	}
 	client := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer client.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		msgs, _ := client.XRange(context.Background(), redisstream.DefaultStream, "-", "+").Result()
-		if len(msgs) == 1 && msgs[0].Values["topic"] == "ORDER_PAID" && msgs[0].Values["order_no"] == "O-w" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream: %v", msgs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, "the outbox row in the stream", func() (bool, string) {
+		msgs, err := client.XRange(context.Background(), redisstream.DefaultStream, "-", "+").Result()
+		return len(msgs) == 1 && msgs[0].Values["topic"] == "ORDER_PAID" && msgs[0].Values["order_no"] == "O-w", fmt.Sprint(msgs, err)
+	})
 	resp, err := http.Get("http://" + m.AdminAddr() + "/readyz")
 	if err != nil {
 		t.Fatal(err)
