@@ -132,7 +132,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminRoute$$' -fuzztime $(FUZZTIME) ./edge/admin/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminBody$$' -fuzztime $(FUZZTIME) ./edge/admin/
 
-## lint: gofmt, go vet, the import-direction check and no test code in edged
+## lint: gofmt, go vet, the import-direction check and no test code in any binary
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet $(PKGS)
@@ -142,14 +142,23 @@ lint:
 		bad=$$($(GO) list -deps ./$$p/... | grep "^$$mod/" | grep -vE "^$$mod/$$p(/|$$)" || true); \
 		if [ -n "$$bad" ]; then echo "$$p must not import: $$bad"; exit 1; fi; \
 	done; echo "imports: ok"
-	@# The production binary links no test code: edged -dev's throwaway
-	@# Postgres comes from durable/pgtemp, never from durabletest.
+	@# No binary links test code: edged -dev's throwaway Postgres comes
+	@# from durable/pgtemp and the benches' invariant checks from
+	@# durable/invariant, never from durabletest.
+	@for bin in $$($(GO) list ./cmd/...); do \
+		deps=$$($(GO) list -deps $$bin) || exit 1; \
+		if grep -qx testing <<<"$$deps"; then \
+			echo "$$bin links package testing (a test helper reached a binary): see 'go list -deps $$bin'"; exit 1; \
+		fi; \
+	done; echo "binaries link no test code: ok"
 	@deps=$$($(GO) list -deps ./cmd/edged) || exit 1; \
-	if grep -qx testing <<<"$$deps"; then \
-		echo "cmd/edged links package testing (a test helper reached the production binary): see 'go list -deps ./cmd/edged'"; exit 1; \
-	fi; \
 	if grep -E 'wechatpay-apiv3|go-pay/gopay|standard-webhooks' <<<"$$deps"; then \
 		echo "cmd/edged links a channel SDK: they are for the cross-check tests only"; exit 1; \
-	fi; echo "edged links no test code: ok"
+	fi; echo "edged links no channel SDK: ok"
+	@# The forwarder reads the broker only: durable/outbox, not durable.
+	@deps=$$($(GO) list -deps ./cmd/forwarder) || exit 1; \
+	if grep -E '^github.com/jackc/pgx' <<<"$$deps" >/dev/null; then \
+		echo "cmd/forwarder links a Postgres client: see 'go list -deps ./cmd/forwarder'"; exit 1; \
+	fi; echo "forwarder links no Postgres client: ok"
 
 .PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-haproxy run build test demo bench-go bench-scale fuzz test-race bench lint

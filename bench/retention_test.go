@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,13 +12,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
 )
 
 // The retention rows' lock-wait check, end to end on a real server: with
 // lockWaitSettings in force, a callback session that waits over 50 ms is
 // found in the log, and told apart from another session's wait; after the
-// reset, nothing is logged.
+// reset, a wait shorter than deadlock_timeout (1 s again) is not logged.
 func TestLockWaitsFound(t *testing.T) {
 	ctx := context.Background()
 	c, err := pgtemp.Start(ctx, pgtemp.Options{})
@@ -43,15 +45,42 @@ func TestLockWaitsFound(t *testing.T) {
 	if _, err := db.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}
-	// wait holds row 1 for 200 ms while a session named app updates it.
-	wait := func(app string) {
+	// loggedWaits returns the log's lock waits of session pid, callbacks'
+	// and others', and all of them for a failure message.
+	loggedWaits := func(pid uint32) (callbacks, others []string, all string) {
 		t.Helper()
+		cbs, oth, err := lockWaits(logPath, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag := fmt.Sprintf("[%d]", pid)
+		for _, w := range cbs {
+			if strings.Contains(w, tag) {
+				callbacks = append(callbacks, w)
+			}
+		}
+		for _, w := range oth {
+			if strings.Contains(w, tag) {
+				others = append(others, w)
+			}
+		}
+		return callbacks, others, fmt.Sprintf("callback waits %q, other waits %q", cbs, oth)
+	}
+	// wait makes a new session named app wait for row 1, which a
+	// transaction of this goroutine holds: until the server has logged the
+	// wait (logged), or for 200 ms. It returns the session's pid and how
+	// long its UPDATE took, an upper bound of its wait. The holding
+	// transaction is this goroutine's alone (pgx's are not safe for
+	// concurrent use): the waiting session's goroutine only waits.
+	wait := func(app string, logged bool) (pid uint32, took time.Duration) {
+		t.Helper()
+		const update = `UPDATE t SET id = 1 WHERE id = 1`
 		holder, err := db.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer holder.Rollback(ctx)
-		if _, err := holder.Exec(ctx, `UPDATE t SET id = 1 WHERE id = 1`); err != nil {
+		defer holder.Rollback(ctx) // a no-op once rolled back below
+		if _, err := holder.Exec(ctx, update); err != nil {
 			t.Fatal(err)
 		}
 		conn, err := pgx.Connect(ctx, url+"&application_name="+app)
@@ -59,29 +88,69 @@ func TestLockWaitsFound(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		time.AfterFunc(200*time.Millisecond, func() { holder.Rollback(ctx) })
-		if _, err := conn.Exec(ctx, `UPDATE t SET id = 1 WHERE id = 1`); err != nil {
+		pid = conn.PgConn().PID()
+		var waitErr error
+		waited := make(chan struct{})
+		start := time.Now()
+		go func() {
+			defer close(waited)
+			_, waitErr = conn.Exec(ctx, update)
+			took = time.Since(start)
+		}()
+		// Whatever fails below, the waiter is released and done with conn
+		// before conn is closed.
+		defer func() { holder.Rollback(ctx); <-waited }()
+		claimcachetest.WaitFor(t, app+" session waiting for the row lock", func() (bool, string) {
+			var event string
+			err := db.QueryRow(ctx, `SELECT coalesce(wait_event_type || ':' || wait_event, 'not waiting')
+				FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&event)
+			return err == nil && strings.HasPrefix(event, "Lock:"), fmt.Sprint(event, err)
+		})
+		if logged {
+			claimcachetest.WaitFor(t, app+"'s lock wait in the log", func() (bool, string) {
+				callbacks, others, all := loggedWaits(pid)
+				return len(callbacks)+len(others) > 0, all
+			})
+		} else {
+			time.Sleep(200 * time.Millisecond) // a wait over the 50 ms logged before the reset
+		}
+		if err := holder.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
+		<-waited
+		if waitErr != nil {
+			t.Fatal(waitErr)
+		}
+		return pid, took
 	}
-	wait(callbackApp)
-	wait(callbackApp + "-retention")
+	callback, _ := wait(callbackApp, true)
+	retention, _ := wait(callbackApp+"-retention", true)
 	if err := e.serverSettings(ctx, lockWaitSettings, true); err != nil {
 		t.Fatal(err)
 	}
-	wait(callbackApp) // not logged: deadlock_timeout is 1 s again
-	// The server writes its log asynchronously to the waits.
-	var callbacks, others []string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if callbacks, others, err = lockWaits(logPath, from); err != nil {
-			t.Fatal(err)
-		}
-		if len(callbacks)+len(others) >= 2 {
-			break
+	// Not logged: deadlock_timeout is 1 s again. A wait that a loaded
+	// machine stretched to a second may be, and tells nothing: another
+	// session waits then.
+	var short uint32
+	for attempt := 1; short == 0; attempt++ {
+		pid, took := wait(callbackApp, false)
+		if took < time.Second {
+			short = pid
+		} else if attempt == 5 {
+			t.Fatalf("5 waits of 200 ms each took a second or more (the last %v)", took)
 		}
 	}
-	if len(callbacks) != 1 || len(others) != 1 || !strings.Contains(others[0], "notifyedge-retention") {
-		t.Errorf("callback waits %q, other waits %q; want one each", callbacks, others)
+
+	// The waiting backend logs a wait before it gets the lock, so before
+	// its UPDATE returns: the log is complete for each of them.
+	if cbs, oth, all := loggedWaits(callback); len(cbs) != 1 || len(oth) != 0 {
+		t.Errorf("the callback session's wait: callback waits %q, other waits %q; want one callback wait (%s)", cbs, oth, all)
+	}
+	if cbs, oth, all := loggedWaits(retention); len(cbs) != 0 || len(oth) != 1 || !strings.Contains(oth[0], "notifyedge-retention") {
+		t.Errorf("the retention session's wait: callback waits %q, other waits %q; want one other wait, retention's (%s)", cbs, oth, all)
+	}
+	if cbs, oth, all := loggedWaits(short); len(cbs)+len(oth) != 0 {
+		t.Errorf("a wait under deadlock_timeout after the reset was logged (%s)", all)
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/invariant"
 )
 
 // Target is the deployment a run attacks.
@@ -310,7 +310,7 @@ func (e *env) close() {
 }
 
 // invariants checks by SQL, for this run's orders, what must hold whatever
-// the load did (durabletest.Invariants: no order moved twice, one outbox
+// the load did (invariant.Check: no order moved twice, one outbox
 // row per applied claim and none without one, a DONE claim for every key
 // answered SUCCESS). A violation wraps ErrInvariant.
 func invariants(ctx context.Context, db *pgxpool.Pool, prefix string, t *tally) error {
@@ -318,24 +318,24 @@ func invariants(ctx context.Context, db *pgxpool.Pool, prefix string, t *tally) 
 	for k := range t.success {
 		keys = append(keys, k)
 	}
-	err := durabletest.Invariants(ctx, db, prefix+"-", keys)
+	err := invariant.Check(ctx, db, prefix+"-", keys)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, durabletest.ErrInvariant):
+	case errors.Is(err, invariant.ErrViolated):
 		return invariantError{err}
 	default:
 		return fmt.Errorf("bench: invariants: %w", err)
 	}
 }
 
-// invariantError is a violation durabletest.Invariants found: it is
-// bench's ErrInvariant and durabletest's, and reads without the prefix
+// invariantError is a violation invariant.Check found: it is bench's
+// ErrInvariant and invariant.ErrViolated, and reads without the prefix
 // twice.
 type invariantError struct{ err error }
 
 func (v invariantError) Error() string {
-	return ErrInvariant.Error() + ": " + strings.TrimPrefix(v.err.Error(), durabletest.ErrInvariant.Error()+": ")
+	return ErrInvariant.Error() + ": " + strings.TrimPrefix(v.err.Error(), invariant.ErrViolated.Error()+": ")
 }
 
 func (v invariantError) Unwrap() []error { return []error{ErrInvariant, v.err} }

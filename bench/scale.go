@@ -24,7 +24,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/invariant"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
 )
 
@@ -379,7 +379,7 @@ func (st *scaleStack) check(ctx context.Context, success []string) ([]string, er
 	if shipped != paid {
 		errs = append(errs, fmt.Errorf("shipments %d != applied payments %d", shipped, paid))
 	}
-	if err := durabletest.Invariants(ctx, db, "S-", success); err != nil {
+	if err := invariant.Check(ctx, db, "S-", success); err != nil {
 		errs = append(errs, err)
 	} else {
 		out = append(out, fmt.Sprintf("invariants hold: no order moved twice, one outbox row per applied transition, all %d keys answered SUCCESS committed", len(success)))

@@ -13,6 +13,7 @@ import (
 type breaker struct {
 	threshold int32
 	cooldown  time.Duration
+	now       func() time.Time // the clock the cooldown runs on
 	onChange  func(open bool)
 
 	failures  atomic.Int32
@@ -21,8 +22,9 @@ type breaker struct {
 	probing   atomic.Bool
 }
 
-func newBreaker(threshold int, cooldown time.Duration, onChange func(bool)) *breaker {
-	return &breaker{threshold: int32(threshold), cooldown: cooldown, onChange: onChange}
+// newBreaker returns a closed breaker whose cooldown runs on now.
+func newBreaker(threshold int, cooldown time.Duration, now func() time.Time, onChange func(bool)) *breaker {
+	return &breaker{threshold: int32(threshold), cooldown: cooldown, now: now, onChange: onChange}
 }
 
 // allow reports whether a call may go to Redis now.
@@ -30,7 +32,7 @@ func (b *breaker) allow() bool {
 	if !b.open.Load() {
 		return true
 	}
-	if time.Now().UnixNano() < b.openUntil.Load() {
+	if b.now().UnixNano() < b.openUntil.Load() {
 		return false
 	}
 	return b.probing.CompareAndSwap(false, true) // one probe at a time
@@ -53,12 +55,12 @@ func (b *breaker) record(err error) {
 	n := b.failures.Add(1)
 	if b.open.Load() {
 		if b.probing.CompareAndSwap(true, false) { // the probe failed
-			b.openUntil.Store(time.Now().Add(b.cooldown).UnixNano())
+			b.openUntil.Store(b.now().Add(b.cooldown).UnixNano())
 		}
 		return
 	}
 	if n >= b.threshold {
-		b.openUntil.Store(time.Now().Add(b.cooldown).UnixNano())
+		b.openUntil.Store(b.now().Add(b.cooldown).UnixNano())
 		if b.open.CompareAndSwap(false, true) && b.onChange != nil {
 			b.onChange(true)
 		}

@@ -90,6 +90,10 @@ type Config struct {
 	// BreakerCooldown later a probe may close it (default 1s).
 	BreakerFailures int
 	BreakerCooldown time.Duration
+	// Now is the clock the breakers' cooldowns and the local table's TTL
+	// run on (default time.Now): a test steps a clock of its own through
+	// them instead of sleeping.
+	Now func() time.Time
 	// LocalEntries, when > 0, keeps that many done entries in this process
 	// as well and answers their duplicates without a Redis round trip
 	// (about 350 bytes each). A done entry never changes, so the copy is
@@ -173,19 +177,23 @@ func New(cfg Config) (*Cache, error) {
 		onError:    cfg.OnError,
 	}
 	threshold, cooldown := cmp.Or(cfg.BreakerFailures, 5), cmp.Or(cfg.BreakerCooldown, time.Second)
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
 	c.breakers = newNodeBreakers(cfg.Client, func(node string) *breaker {
 		var onChange func(bool)
 		if cfg.OnBreaker != nil {
 			onChange = func(open bool) { cfg.OnBreaker(node, open) }
 		}
-		return newBreaker(threshold, cooldown, onChange)
+		return newBreaker(threshold, cooldown, now, onChange)
 	})
 	if c.pendingTTL < time.Millisecond || c.resultTTL < time.Millisecond {
 		return nil, errors.New("claimcache: TTLs must be at least 1ms")
 	}
 	c.resultMS = strconv.FormatInt(c.resultTTL.Milliseconds(), 10)
 	if cfg.LocalEntries > 0 {
-		c.local = newLocal(cfg.LocalEntries, min(cmp.Or(cfg.LocalTTL, 10*time.Minute), c.resultTTL))
+		c.local = newLocal(cfg.LocalEntries, min(cmp.Or(cfg.LocalTTL, 10*time.Minute), c.resultTTL), now)
 	}
 	if _, err := rand.Read(c.node[:]); err != nil {
 		return nil, fmt.Errorf("claimcache: node id: %w", err)

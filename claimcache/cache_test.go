@@ -5,12 +5,15 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
@@ -92,6 +95,21 @@ func backends(t *testing.T) []backend {
 	}
 }
 
+// fakeClock is a Config.Now that moves only when the test advances it.
+type fakeClock struct{ nanos atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.nanos.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+// Now is the clock's time.
+func (c *fakeClock) Now() time.Time { return time.Unix(0, c.nanos.Load()) }
+
+// Advance moves the clock d forward.
+func (c *fakeClock) Advance(d time.Duration) { c.nanos.Add(int64(d)) }
+
 var keySeq int
 
 // newKey is a key of the test's own: tests never flush a shared server.
@@ -102,9 +120,14 @@ func newKey(t *testing.T) []byte {
 
 func digest(s string) claimcache.Digest { return sha256.Sum256([]byte(s)) }
 
+// callTimeout bounds each Redis call of the caches tests make. It is far
+// above what a call takes on a loaded machine: a test asserts what Redis
+// answered, never how fast (a timeout would be a failure of its own).
+const callTimeout = 10 * time.Second
+
 func newCache(t *testing.T, url string, cfg claimcache.Config) *claimcache.Cache {
 	t.Helper()
-	client, err := claimcache.NewClient(url, 100*time.Millisecond, 0)
+	client, err := claimcache.NewClient(url, callTimeout, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,15 +147,21 @@ func TestCacheConformance(t *testing.T) {
 	for _, be := range backends(t) {
 		t.Run(be.name, func(t *testing.T) {
 			url := be.url(t)
-			c := newCache(t, url, claimcache.Config{PendingTTL: 300 * time.Millisecond, ResultTTL: 600 * time.Millisecond, WaitBudget: 150 * time.Millisecond})
+			// TTLs no step of a loaded machine outlasts: an entry expires
+			// only in the subtest that lets it.
+			c := newCache(t, url, claimcache.Config{PendingTTL: time.Minute, ResultTTL: time.Hour, WaitBudget: 150 * time.Millisecond})
 			a, b := digest("a"), digest("b")
-			claim := func(key []byte, d claimcache.Digest) claimcache.Result {
+			claimOn := func(c *claimcache.Cache, key []byte, d claimcache.Digest) claimcache.Result {
 				t.Helper()
 				r, err := c.Claim(ctx, key, d)
 				if err != nil {
 					t.Fatalf("Claim: %v", err)
 				}
 				return r
+			}
+			claim := func(key []byte, d claimcache.Digest) claimcache.Result {
+				t.Helper()
+				return claimOn(c, key, d)
 			}
 
 			t.Run("every claim verdict", func(t *testing.T) {
@@ -224,15 +253,20 @@ func TestCacheConformance(t *testing.T) {
 			})
 
 			t.Run("pending and result TTLs expire", func(t *testing.T) {
+				// Only that entries are gone once their TTL has passed:
+				// a delay can only make them more so.
+				short := newCache(t, url, claimcache.Config{PendingTTL: 300 * time.Millisecond, ResultTTL: 600 * time.Millisecond})
 				k := newKey(t)
-				claim(k, a)
+				claimOn(short, k, a)
 				be.advance(400 * time.Millisecond)
-				if r := claim(k, b); r.Verdict != claimcache.Won {
+				if r := claimOn(short, k, b); r.Verdict != claimcache.Won {
 					t.Errorf("after the pending TTL: %v, want won", r.Verdict)
 				}
-				c.Complete(ctx, k, b, []byte("x"))
+				if err := short.Complete(ctx, k, b, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
 				be.advance(700 * time.Millisecond)
-				if r := claim(k, a); r.Verdict != claimcache.Won {
+				if r := claimOn(short, k, a); r.Verdict != claimcache.Won {
 					t.Errorf("after the result TTL: %v, want won", r.Verdict)
 				}
 			})
@@ -241,15 +275,19 @@ func TestCacheConformance(t *testing.T) {
 				if be.name == "miniredis" {
 					t.Skip("Wait polls on the wall clock; miniredis TTLs do not tick")
 				}
+				// A budget the owner's Complete cannot miss, however late
+				// its goroutine runs.
+				patient := newCache(t, url, claimcache.Config{PendingTTL: time.Minute, ResultTTL: time.Hour, WaitBudget: claimcachetest.WaitTimeout})
 				k := newKey(t)
-				claim(k, a)
-				go func() {
-					time.Sleep(20 * time.Millisecond)
-					c.Complete(ctx, k, a, []byte("owner's"))
-				}()
-				r, err := c.Wait(ctx, k, a)
+				claimOn(patient, k, a)
+				completed := make(chan error, 1)
+				go func() { completed <- patient.Complete(ctx, k, a, []byte("owner's")) }()
+				r, err := patient.Wait(ctx, k, a)
 				if err != nil || r.Verdict != claimcache.Done || r.Response != "owner's" {
 					t.Errorf("Wait: %v %q %v, want done", r.Verdict, r.Response, err)
+				}
+				if err := <-completed; err != nil {
+					t.Fatal(err)
 				}
 				k2 := newKey(t)
 				claim(k2, a)
@@ -258,8 +296,10 @@ func TestCacheConformance(t *testing.T) {
 				if err != nil || r.Verdict != claimcache.Busy {
 					t.Errorf("Wait on a stuck owner: %v %v, want busy", r.Verdict, err)
 				}
-				if d := time.Since(start); d > time.Second {
-					t.Errorf("Wait took %v with a 150ms budget", d)
+				// It gives up at its budget (a call later at most), not
+				// when the owner's entry expires.
+				if d := time.Since(start); d > 30*time.Second {
+					t.Errorf("Wait took %v with a 150ms budget and a pending TTL of a minute", d)
 				}
 			})
 		})
@@ -267,14 +307,16 @@ func TestCacheConformance(t *testing.T) {
 }
 
 // A dead Redis fails fast, then the breaker stops calls; a probe after the
-// cooldown closes it once Redis is back.
+// cooldown closes it once Redis is back. The cooldown runs on a fake clock:
+// on the wall clock, a call delayed past it would be a probe.
 func TestBreaker(t *testing.T) {
 	ctx := context.Background()
 	mini := miniredis.RunT(t)
+	clock := newFakeClock()
 	var opened, closed int
 	var errs int
 	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{
-		BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond,
+		BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond, Now: clock.Now,
 		OnError: func(error) { errs++ },
 		OnBreaker: func(_ string, open bool) {
 			if open {
@@ -297,7 +339,11 @@ func TestBreaker(t *testing.T) {
 	if c.State() != "degraded" || opened != 1 || errs != 3 {
 		t.Errorf("state %s opened %d errors %d", c.State(), opened, errs)
 	}
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(99 * time.Millisecond)
+	if _, err := c.Claim(ctx, k, digest("a")); !errors.Is(err, claimcache.ErrBreakerOpen) {
+		t.Fatalf("within the cooldown: %v, want still open", err)
+	}
+	clock.Advance(2 * time.Millisecond)
 	if _, err := c.Claim(ctx, k, digest("a")); err == nil || errors.Is(err, claimcache.ErrBreakerOpen) {
 		t.Fatalf("probe while still failing: %v, want the Redis error", err)
 	}
@@ -305,7 +351,11 @@ func TestBreaker(t *testing.T) {
 		t.Fatalf("after a failed probe: %v, want open again", err)
 	}
 	mini.SetError("")
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(99 * time.Millisecond)
+	if _, err := c.Claim(ctx, k, digest("a")); !errors.Is(err, claimcache.ErrBreakerOpen) {
+		t.Fatalf("within the cooldown the failed probe began: %v, want still open", err)
+	}
+	clock.Advance(2 * time.Millisecond)
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Won {
 		t.Fatalf("probe after recovery: %v %v", r.Verdict, err)
 	}
@@ -314,8 +364,9 @@ func TestBreaker(t *testing.T) {
 	}
 }
 
-// Against a server that is gone, a call costs about a connect failure, not
-// go-redis's default seconds of retries.
+// Against a server that is gone, a call costs one connection attempt (a
+// refused connect), not go-redis's default retries, which take seconds:
+// counted, not timed.
 func TestDeadRedisFailsFast(t *testing.T) {
 	srv, err := claimcachetest.Start()
 	if err != nil {
@@ -323,25 +374,67 @@ func TestDeadRedisFailsFast(t *testing.T) {
 	}
 	url := srv.URL()
 	srv.Stop()
-	c := newCache(t, url, claimcache.Config{BreakerFailures: 1000})
+	c, dials := newCountingCache(t, url, claimcache.Config{BreakerFailures: 1000})
+	const calls = 10
 	start := time.Now()
-	for range 10 {
+	for range calls {
 		if _, err := c.Claim(context.Background(), newKey(t), digest("a")); err == nil {
 			t.Fatal("claim against a dead server succeeded")
 		}
 	}
-	if d := time.Since(start) / 10; d > 150*time.Millisecond {
-		t.Errorf("a call against a dead server took %v on average", d)
+	took := time.Since(start)
+	if n := dials.Load(); n == 0 || n > calls {
+		t.Errorf("%d calls against a dead server attempted %d connections, want at most one each", calls, n)
 	}
+	t.Logf("%d connection attempts for %d calls, %v a call", dials.Load(), calls, took/calls)
+}
+
+// newCountingCache is newCache whose client counts its connection
+// attempts.
+func newCountingCache(t *testing.T, url string, cfg claimcache.Config) (*claimcache.Cache, *atomic.Int64) {
+	t.Helper()
+	client, err := claimcache.NewClient(url, callTimeout, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	dials := &dialCounter{}
+	client.AddHook(dials)
+	cfg.Client = client
+	c, err := claimcache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, &dials.n
+}
+
+// dialCounter is a go-redis hook that counts connection attempts.
+type dialCounter struct{ n atomic.Int64 }
+
+func (d *dialCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d.n.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+
+func (d *dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (d *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // With LocalEntries, a done entry answers its duplicates from the process:
 // even with Redis flushed, the answer is the committed first one; another
-// digest is a mismatch; after LocalTTL, Redis is asked again.
+// digest is a mismatch; after LocalTTL, Redis is asked again. The TTL runs
+// on a fake clock: on the wall clock, a call delayed past it would go to
+// Redis.
 func TestLocalDoneEntries(t *testing.T) {
 	ctx := context.Background()
 	mini := miniredis.RunT(t)
-	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{LocalEntries: 128, LocalTTL: 100 * time.Millisecond})
+	clock := newFakeClock()
+	c := newCache(t, "redis://"+mini.Addr(), claimcache.Config{LocalEntries: 128, LocalTTL: 100 * time.Millisecond, Now: clock.Now})
 	k := newKey(t)
 	if r, _ := c.Claim(ctx, k, digest("a")); r.Verdict != claimcache.Won {
 		t.Fatalf("first: %v", r.Verdict)
@@ -351,6 +444,7 @@ func TestLocalDoneEntries(t *testing.T) {
 	}
 	mini.FlushAll()
 	mini.SetError("LOADING down")
+	clock.Advance(100 * time.Millisecond) // the last instant of the TTL
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Done || r.Response != "answer" {
 		t.Errorf("from the local table with Redis down: %v %q %v", r.Verdict, r.Response, err)
 	}
@@ -358,7 +452,7 @@ func TestLocalDoneEntries(t *testing.T) {
 		t.Errorf("other digest: %v %v, want mismatch", r.Verdict, err)
 	}
 	mini.SetError("")
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(time.Millisecond)
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Won {
 		t.Errorf("after LocalTTL (Redis flushed): %v %v, want won from Redis", r.Verdict, err)
 	}
@@ -367,7 +461,7 @@ func TestLocalDoneEntries(t *testing.T) {
 	if err := c.Complete(ctx, k, digest("a"), []byte("answer")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	clock.Advance(101 * time.Millisecond)
 	if r, err := c.Claim(ctx, k, digest("a")); err != nil || r.Verdict != claimcache.Done {
 		t.Fatalf("after LocalTTL: %v %v, want done from Redis", r.Verdict, err)
 	}

@@ -21,6 +21,7 @@ import (
 // generation's shards nor leave an entry of the old one behind in them.
 type local struct {
 	ttl    time.Duration
+	now    func() time.Time // the clock the TTL runs on
 	seed   maphash.Seed
 	shards [64]localShard
 }
@@ -51,8 +52,8 @@ type localEntry struct {
 	seq      uint64 // the insertion that wrote it: its live slot has the same
 }
 
-func newLocal(entries int, ttl time.Duration) *local {
-	l := &local{ttl: ttl, seed: maphash.MakeSeed()}
+func newLocal(entries int, ttl time.Duration, now func() time.Time) *local {
+	l := &local{ttl: ttl, now: now, seed: maphash.MakeSeed()}
 	per := max(entries/len(l.shards), 1)
 	for i := range l.shards {
 		l.shards[i].m = make(map[string]localEntry, per)
@@ -72,7 +73,7 @@ func (l *local) get(key []byte, gen uint64) (localEntry, bool) {
 	e, ok := s.m[string(key)] // no allocation: the compiler converts in place
 	ok = ok && s.gen == gen
 	s.mu.Unlock()
-	if !ok || time.Now().UnixNano() > e.expires {
+	if !ok || l.now().UnixNano() > e.expires {
 		return localEntry{}, false
 	}
 	return e, true
@@ -84,7 +85,7 @@ func (l *local) get(key []byte, gen uint64) (localEntry, bool) {
 // Redis on every request until FIFO eviction reached it.
 func (l *local) put(key []byte, gen uint64, d Digest, response string) {
 	s := l.shard(key)
-	now := time.Now().UnixNano()
+	now := l.now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gen != gen {

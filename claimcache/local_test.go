@@ -46,7 +46,7 @@ func held(l *local, keys [][]byte) string {
 // replacement is evicted as the newest entry of its shard, not by the
 // expired one's place in the FIFO order.
 func TestLocalPutReplacesExpired(t *testing.T) {
-	l := newLocal(4*len(local{}.shards), time.Hour) // 4 entries a shard
+	l := newLocal(4*len(local{}.shards), time.Hour, time.Now) // 4 entries a shard
 	k := sameShard(l, 7)
 	a, b, c, d, e, f, g := k[0], k[1], k[2], k[3], k[4], k[5], k[6]
 	s := l.shard(a)
@@ -98,7 +98,7 @@ func TestLocalPutReplacesExpired(t *testing.T) {
 // entry of the old generation in it, and one of the new generation finds
 // nothing in a shard not reset yet.
 func TestLocalResetGenerations(t *testing.T) {
-	l := newLocal(1024, time.Hour)
+	l := newLocal(1024, time.Hour, time.Now)
 	k := []byte("k")
 	l.put(k, 0, Digest{1}, "gen 0")
 	if _, ok := l.get(k, 1); ok {

@@ -55,8 +55,9 @@
 //     trials).
 //   - claimcache: the Redis claim-and-result cache: claim-or-replay in one
 //     round trip, complete, abort, bounded wait, breaker.
-//   - claimcache/claimcachetest: a real redis-server on a free port for
-//     tests and benches.
+//   - claimcache/claimcachetest: a real redis-server (or a Redis Cluster)
+//     on free ports for tests and benches, and WaitFor, a wait for a
+//     condition with a deadline fit for a loaded machine.
 //   - durable: schema migrations, the one-transaction decision (Process),
 //     internal transitions (Transition), the orders API's reads and writes,
 //     the review queue, the outbox relay, retention, the cache epoch.
@@ -68,9 +69,12 @@
 //   - durable/pgtemp: throwaway PostgreSQL clusters from the local binaries
 //     (edged -dev, tests, benches); it imports no test code, so bin/edged
 //     carries none (make lint checks).
+//   - durable/invariant: Check, the money invariants by SQL that every
+//     storm and kill test and every bench run checks; it imports no test
+//     code, so bin/edgebench carries none (make lint checks).
 //   - durable/durabletest: per-test databases cloned from a migrated
-//     template, order seeding, row locks, and Invariants: the money
-//     invariants by SQL that every storm and kill test checks.
+//     template, order seeding, row locks, lock waits, and Invariants
+//     (invariant.Check for tests).
 //   - bench: the load scenarios (a table: one row each), the incident demo,
 //     the outbox-lag run, the scale-out run, their stack on loopback.
 //   - cmd/edged: configuration, wiring, dev mode, edged sign.

@@ -1,6 +1,7 @@
 // Package claimcachetest runs a real redis-server for tests and benches: on
 // a free loopback port, as a direct child of this process (killed with it),
-// without persistence, stopped by PID.
+// without persistence, stopped by PID. WaitFor waits for a test's condition
+// with a deadline fit for a loaded machine.
 package claimcachetest
 
 import (

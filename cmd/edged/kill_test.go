@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
-	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // startEdged runs the binary on dbURL and redisURL and returns its address
@@ -73,13 +71,7 @@ func TestNodeKilledMidLoad(t *testing.T) {
 	deliver := func(addr string, i int) (int, string, error) {
 		body := fmt.Sprintf(`{"channel_txn_id":"T%05d","event_type":"PAY_SUCCESS","order_no":"K-%05d","amount":100,"currency":"CNY"}`, i, i)
 		id := fmt.Sprintf("m%d-%d", i, time.Now().UnixNano())
-		sig, _ := channel.SignWebhook(secret, id, time.Now().Unix(), []byte(body))
-		req, _ := http.NewRequest("POST", "http://"+addr+"/notify/acme", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("webhook-id", id)
-		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
-		req.Header.Set("webhook-signature", sig)
-		resp, err := client.Do(req)
+		resp, err := client.Do(signedPost(addr, secret, id, body))
 		if err != nil {
 			return 0, "", err
 		}

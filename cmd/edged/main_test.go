@@ -27,7 +27,7 @@ func buildEdged(t *testing.T) string {
 // run is replayed, and on SIGINT the throwaway data directory is gone.
 func TestDevModePrintedCurlWorks(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed")
+		t.Fatal("curl not found: run `make deps` (or apt-get install curl)")
 	}
 	bin := buildEdged(t)
 	cmd := exec.Command(bin, "-dev", "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0")

@@ -16,33 +16,66 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 )
 
 // rotation is the load of TestReloadRotatesUnderLoad: a generic channel's
-// and a WeChat Pay channel's callbacks, each signed with the credential in
-// use at the moment, every answer counted.
+// and a WeChat Pay channel's callbacks, each signed with the credentials
+// in use at the moment, every answer counted.
 type rotation struct {
 	addr      string
-	generic   atomic.Pointer[string]                      // the secret callbacks are signed with
-	wechat    atomic.Pointer[channeltest.WeChatPaySigner] // the platform key they are signed with
+	mu        sync.Mutex
+	creds     *signingKeys // what callbacks are signed with from now on
 	seq       atomic.Int64
 	sent, bad atomic.Int64
 	firstBad  atomic.Pointer[string]
 }
 
+// signingKeys are what the load signs with: a Standard Webhooks secret and
+// a WeChat Pay platform key, and how many callbacks signed with them are
+// on their way (under rotation.mu).
+type signingKeys struct {
+	generic  string
+	wechat   *channeltest.WeChatPaySigner
+	inflight int
+}
+
+// use makes the load sign with c from now on and returns the keys it
+// signed with until then.
+func (r *rotation) use(c *signingKeys) (old *signingKeys) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old, r.creds = r.creds, c
+	return old
+}
+
+// inflight is how many callbacks signed with c have not been answered.
+func (r *rotation) inflight(c *signingKeys) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return c.inflight
+}
+
 func (r *rotation) send(client *http.Client) {
+	r.mu.Lock()
+	c := r.creds
+	c.inflight++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		c.inflight--
+		r.mu.Unlock()
+	}()
 	n := r.seq.Add(1)
 	order := fmt.Sprintf("R-%06d", n%2000)
 	var req *http.Request
 	if n%2 == 0 {
-		secret := *r.generic.Load()
 		body := fmt.Sprintf(`{"channel_txn_id":"G%d","event_type":"PAY_SUCCESS","order_no":%q,"amount":5,"currency":"CNY"}`, n, order)
-		req = signedPost(r.addr, secret, fmt.Sprint("m", n), body)
+		req = signedPost(r.addr, c.generic, fmt.Sprint("m", n), body)
 	} else {
-		s := r.wechat.Load()
-		h, body, _ := s.Notify("TRANSACTION.SUCCESS", map[string]any{"mchid": "1900000109", "appid": "wxd678efh567hg6787",
+		h, body, _ := c.wechat.Notify("TRANSACTION.SUCCESS", map[string]any{"mchid": "1900000109", "appid": "wxd678efh567hg6787",
 			"out_trade_no": order, "transaction_id": fmt.Sprint("W", n), "trade_type": "JSAPI", "trade_state": "SUCCESS",
 			"amount": map[string]any{"total": 5, "payer_total": 5, "currency": "CNY", "payer_currency": "CNY"}}, time.Now())
 		req, _ = http.NewRequest("POST", "http://"+r.addr+"/notify/wx", strings.NewReader(string(body)))
@@ -123,9 +156,7 @@ func TestReloadRotatesUnderLoad(t *testing.T) {
 	}
 	defer m.Close()
 
-	load := &rotation{addr: m.Addr()}
-	load.generic.Store(&secretA)
-	load.wechat.Store(old)
+	load := &rotation{addr: m.Addr(), creds: &signingKeys{generic: secretA, wechat: old}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 8 {
@@ -147,7 +178,27 @@ func TestReloadRotatesUnderLoad(t *testing.T) {
 		}
 		return string(body)
 	}
-	settle := func() { time.Sleep(200 * time.Millisecond) }
+	// settle lets the load run on under the credentials in force: 50
+	// callbacks more.
+	settle := func() {
+		t.Helper()
+		from := load.sent.Load()
+		claimcachetest.WaitFor(t, "50 callbacks more of the load", func() (bool, string) {
+			sent := load.sent.Load()
+			return sent >= from+50, fmt.Sprintf("%d sent, %d before", sent, from)
+		})
+	}
+	// rotate makes the load sign with c, and returns once no callback
+	// signed with the credentials before is on its way: only then may
+	// those be removed.
+	rotate := func(c *signingKeys) {
+		t.Helper()
+		before := load.use(c)
+		claimcachetest.WaitFor(t, "the callbacks signed with the old credentials answered", func() (bool, string) {
+			n := load.inflight(before)
+			return n == 0, fmt.Sprintf("%d on their way", n)
+		})
+	}
 	refused := func(secret string) bool { // a callback signed with secret alone
 		return sendOnce(t, m.Addr(), secret) == 401
 	}
@@ -161,8 +212,7 @@ func TestReloadRotatesUnderLoad(t *testing.T) {
 	if refused(secretA) || refused(secretB) {
 		t.Fatal("while both secrets are listed, both must be accepted")
 	}
-	load.generic.Store(&secretB)
-	load.wechat.Store(fresh)
+	rotate(&signingKeys{generic: secretB, wechat: fresh})
 	settle()
 	// Remove the old ones: only the new are accepted.
 	write(secretFile, secretB)
@@ -267,13 +317,10 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for sendOnce(t, p.addr, secretB) != 200 {
-		if time.Now().After(deadline) {
-			t.Fatalf("secret B not accepted 10 s after SIGHUP\n%s", p.log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, "secret B accepted after SIGHUP", func() (bool, string) {
+		s := sendOnce(t, p.addr, secretB)
+		return s == 200, fmt.Sprintf("HTTP %d; log:\n%s", s, p.log())
+	})
 	if s := sendOnce(t, p.addr, secretA); s != 401 {
 		t.Errorf("secret A after the rotation: %d, want 401", s)
 	}

@@ -8,10 +8,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
@@ -47,14 +47,10 @@ func TestMainRunsRetention(t *testing.T) {
 
 	var page string
 	deleted := regexp.MustCompile(`(?m)^notifyedge_retention_deleted_total\{table="notify_claim"\} 1$`)
-	deadline := time.Now().Add(10 * time.Second)
-	for !deleted.MatchString(page) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no deleted claim counted within 10s:\n%s", grepLines(page, "retention", "oldest"))
-		}
-		time.Sleep(50 * time.Millisecond)
+	claimcachetest.WaitFor(t, "a deleted claim counted", func() (bool, string) {
 		page = scrape(t, "http://"+m.AdminAddr()+"/metrics")
-	}
+		return deleted.MatchString(page), grepLines(page, "retention", "oldest")
+	})
 	rows, err := conn.Query(ctx, `SELECT biz_key FROM notify_claim`)
 	if err != nil {
 		t.Fatal(err)

@@ -3,20 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
-	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -47,13 +44,7 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 	}
 	body := `{"channel_txn_id":"T-w","event_type":"PAY_SUCCESS","order_no":"O-w","amount":5,"currency":"CNY"}`
 	post := func(id string) *http.Response {
-		sig, _ := channel.SignWebhook(secret, id, time.Now().Unix(), []byte(body))
-		req, _ := http.NewRequest("POST", "http://"+m.Addr()+"/notify/acme", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("webhook-id", id)
-		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
-		req.Header.Set("webhook-signature", sig)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(signedPost(m.Addr(), secret, id, body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,17 +60,10 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 	}
 	client := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer client.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		msgs, _ := client.XRange(context.Background(), redisstream.DefaultStream, "-", "+").Result()
-		if len(msgs) == 1 && msgs[0].Values["topic"] == "ORDER_PAID" && msgs[0].Values["order_no"] == "O-w" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream: %v", msgs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, "the outbox row in the stream", func() (bool, string) {
+		msgs, err := client.XRange(context.Background(), redisstream.DefaultStream, "-", "+").Result()
+		return len(msgs) == 1 && msgs[0].Values["topic"] == "ORDER_PAID" && msgs[0].Values["order_no"] == "O-w", fmt.Sprint(msgs, err)
+	})
 	resp, err := http.Get("http://" + m.AdminAddr() + "/readyz")
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,13 @@ package redisstream_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -72,7 +74,33 @@ func TestStreamSurvivesMasterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.paidAndRefunded(t, "G", 40, false)
-	time.Sleep(500 * time.Millisecond) // the relay publishes them to the master
+	// The relay publishes them to the master (then, with Replicas, waits
+	// for the frozen replica in vain): every row is on the master.
+	claimcachetest.WaitFor(t, "every outbox row on the master", func() (bool, string) {
+		msgs, err := mc.XRange(ctx, redisstream.DefaultStream, "-", "+").Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		onMaster := map[string]bool{}
+		for _, m := range msgs {
+			onMaster[fmt.Sprint(m.Values[redisstream.FieldOutboxID])] = true
+		}
+		var missing []int64
+		rows, err := db.Query(ctx, `SELECT id FROM outbox ORDER BY id`)
+		if err != nil {
+			return false, err.Error()
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, id := range ids {
+			if !onMaster[strconv.FormatInt(id, 10)] {
+				missing = append(missing, id)
+			}
+		}
+		return len(missing) == 0, fmt.Sprintf("%d of %d rows not on the master (first few: %v)", len(missing), len(ids), missing[:min(len(missing), 5)])
+	})
 	master.Kill()
 	replica.Resume()
 	if err := cl.WaitHealthy(ctx); err != nil {
