@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -152,7 +153,7 @@ func RunIncident(ctx context.Context, cfg IncidentConfig) (IncidentReport, error
 	defer naiveSrv.Close()
 	naiveURL := "http://" + ln.Addr().String() + "/notify/" + Channel
 
-	orders, err := seedPending(ctx, st.DBURL, "INC-%05d", cfg.Orders, 4200)
+	orders, err := pgtemp.SeedPending(ctx, st.DBURL, "INC-%05d", cfg.Orders, 4200)
 	if err != nil {
 		return IncidentReport{}, err
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 )
 
 // LagConfig configures RunLag.
@@ -42,7 +44,7 @@ func RunLag(ctx context.Context, cfg LagConfig) (LagReport, error) {
 	}
 	defer st.Close()
 	n := int(float64(cfg.Rate) * cfg.Duration.Seconds())
-	orders, err := seedPending(ctx, st.DBURL, "LAG-%07d", n, 1999)
+	orders, err := pgtemp.SeedPending(ctx, st.DBURL, "LAG-%07d", n, 1999)
 	if err != nil {
 		return LagReport{}, err
 	}

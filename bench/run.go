@@ -21,6 +21,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/notifyedge/notifyedge/durable/invariant"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 )
 
 // Target is the deployment a run attacks.
@@ -167,7 +168,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	poolSize := max(60_000, int(cfg.Duration.Seconds()*40_000))
 	e.say("seeding %d orders ...", poolSize)
 	e.prefix = "B" + time.Now().UTC().Format("150405") // a run's own orders, also on a shared database
-	if _, err := seedPending(ctx, e.tg.DBURL, e.prefix+"-%07d", poolSize, 1999); err != nil {
+	if _, err := pgtemp.SeedPending(ctx, e.tg.DBURL, e.prefix+"-%07d", poolSize, 1999); err != nil {
 		return nil, err
 	}
 	e.pool = &pool{prefix: e.prefix, size: int64(poolSize)}

@@ -131,7 +131,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	tg := &Target{Secret: Secret, Channel: Channel}
 	const orders = 300_000
 	say(cfg.Progress, "seeding %d orders ...", orders)
-	if _, err := seedPending(ctx, st.primaryURL, "S-%07d", orders, 1999); err != nil {
+	if _, err := pgtemp.SeedPending(ctx, st.primaryURL, "S-%07d", orders, 1999); err != nil {
 		return rep, err
 	}
 	p := &pool{prefix: "S", size: orders}

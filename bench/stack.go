@@ -135,16 +135,6 @@ func (s *Stack) Close() {
 	}
 }
 
-// seedPending inserts n PENDING_PAY orders of amount fen, named by
-// nameFormat (one %d, the index), into the database at dbURL.
-func seedPending(ctx context.Context, dbURL, nameFormat string, n int, amount int64) ([]pgtemp.Order, error) {
-	orders := make([]pgtemp.Order, n)
-	for i := range orders {
-		orders[i] = pgtemp.Order{No: fmt.Sprintf(nameFormat, i), Status: "PENDING_PAY", Amount: amount, Currency: "CNY"}
-	}
-	return orders, pgtemp.SeedOrders(ctx, dbURL, orders)
-}
-
 // count runs a count query.
 func count(ctx context.Context, db *pgxpool.Pool, sql string, args ...any) (int, error) {
 	var n int

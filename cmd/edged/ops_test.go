@@ -20,6 +20,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -321,14 +322,10 @@ func TestOneJSONLogStream(t *testing.T) {
 	}
 }
 
-// seedPending inserts n PENDING_PAY orders of 100 CNY numbered by format.
+// seedPending seeds n PENDING_PAY orders of 100 CNY named by format.
 func seedPending(t *testing.T, dbURL, format string, n int) {
 	t.Helper()
-	orders := make([]durabletest.Order, n)
-	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf(format, i), Status: "PENDING_PAY", Amount: 100, Currency: "CNY"}
-	}
-	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
+	if _, err := pgtemp.SeedPending(context.Background(), dbURL, format, n, 100); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -34,3 +34,13 @@ func SeedOrders(ctx context.Context, url string, orders []Order) error {
 	}
 	return nil
 }
+
+// SeedPending seeds n PENDING_PAY orders in CNY of amount each, numbered
+// by nameFormat (a fmt format taking the index), and returns them.
+func SeedPending(ctx context.Context, url, nameFormat string, n int, amount int64) ([]Order, error) {
+	orders := make([]Order, n)
+	for i := range orders {
+		orders[i] = Order{No: fmt.Sprintf(nameFormat, i), Status: "PENDING_PAY", Amount: amount, Currency: "CNY"}
+	}
+	return orders, SeedOrders(ctx, url, orders)
+}
