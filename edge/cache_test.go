@@ -110,7 +110,7 @@ func (b *bundle) storm(t *testing.T, payloads []string, copies, workers int) [][
 
 // Point 2: hot duplicates are answered by Redis; Postgres sees no query.
 func TestHotDuplicatesNeverReachPostgres(t *testing.T) {
-	b := setup(t, options{cache: true})
+	b := setup(t, options{cache: true, cacheTimeout: 2 * time.Second})
 	payloads := b.seedPaid(t, "H", 100)
 	firstBody := `{"code":"SUCCESS","outcome":"applied","status":"PAID"}`
 	before := b.queries.n.Load()

@@ -392,7 +392,10 @@ func TestReviewAPIEdges(t *testing.T) {
 // budget: the backlog gauges read through the operator pool, with a count
 // that stays cheap at a million unpublished rows.
 func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
-	b := setup(t, options{budget: 500 * time.Millisecond, dbMaxConns: 4})
+	// The budget leaves room for a loaded machine; a scrape on the callback
+	// pool (a million-row count, 0.3-0.8 s, on 4 connections) would still
+	// starve the callbacks past it.
+	b := setup(t, options{budget: 2 * time.Second, dbMaxConns: 4})
 	ctx := context.Background()
 	if _, err := b.db.Exec(ctx, `INSERT INTO outbox (topic, order_no, payload)
 		SELECT 'ORDER_PAID', 'O-old' || g, '{}'::jsonb FROM generate_series(1, 1000000) g`); err != nil {

@@ -107,6 +107,14 @@ func TestStreamSurvivesMasterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
+	// The client finds the promoted replica when it next reads the slot
+	// map (every second): until then it may still dial the dead master.
+	claimcachetest.WaitFor(t, "the stream readable after the failover", func() (bool, string) {
+		if err := client.XLen(ctx, redisstream.DefaultStream).Err(); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 
 	inStream := map[int64]bool{}
 	all, _ := b.streamIDs(t)
