@@ -66,3 +66,6 @@ func GroupQueued(s *Store) int {
 	defer s.group.mu.Unlock()
 	return len(s.group.queue)
 }
+
+// MigrationLock is the key of the migration's session advisory lock.
+const MigrationLock = migrationLock
