@@ -73,6 +73,16 @@ func TestFunctionsInstalledOnce(t *testing.T) {
 	b.checkOnePerFile(t, b.installedFunctions(t))
 }
 
+// The functions as installed speak Go's vocabulary.
+func TestInstalledFunctionsShareGosVocabulary(t *testing.T) {
+	b := &bundle{db: newPool(t, durabletest.NewDatabase(t))}
+	defs := map[string]string{}
+	for sig, def := range b.installedFunctions(t) {
+		defs[sig[:strings.IndexByte(sig, '(')]] = def
+	}
+	durable.CheckVocabulary(t, defs)
+}
+
 // Migrate installs the functions again only when they are not what it
 // installed last: a second Migrate leaves them as they are; a function
 // replaced or dropped by hand is installed again.

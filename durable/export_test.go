@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"fmt"
+	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -69,3 +70,7 @@ func GroupQueued(s *Store) int {
 
 // MigrationLock is the key of the migration's session advisory lock.
 const MigrationLock = migrationLock
+
+// CheckVocabulary checks the literals of the SQL functions defs (name ->
+// pg_get_functiondef) against Go's vocabulary.
+func CheckVocabulary(t testing.TB, defs map[string]string) { checkVocabulary(t, defs) }

@@ -8,10 +8,10 @@
 //
 // # The rules
 //
-//   - A versioned migration (durable/migrations) from 0010 on changes the
-//     schema only. It never creates a function that durable calls (the
-//     ones earlier migrations created are replaced by these files), and
-//     never calls one (a backfill is written in plain SQL). A migration
+//   - A versioned migration (durable/migrations) changes the schema only.
+//     It never creates a function that durable calls, and never calls one
+//     (a backfill is written in plain SQL): on a fresh database the
+//     functions do not exist until every migration has run. A migration
 //     that needed a function for a backfill would define it itself, for
 //     its own use, and drop it before it ends.
 //   - A migration must leave the previous code working until this code is
@@ -29,6 +29,26 @@
 //     function's body is checked when it is created, so it may only call
 //     functions of files that sort before its own; PL/pgSQL bodies are
 //     checked when first called.
+//
+// # What the old migrations keep
+//
+// 0002, 0003, 0004, 0008 and 0009 once created the functions, each a copy
+// of the last with a change. Their function bodies are gone from those
+// files: the schema statements and backfills stay exactly as they were.
+// That is safe because
+//   - tern records a version number, not the text it ran: a database that
+//     ran the old text is unchanged by the edit, and its functions (same
+//     signatures) are replaced by these files on its next Migrate;
+//   - no migration's data step calls a notifyedge_* function (0004's
+//     backfills and 0009's check are plain SQL), so on a fresh database
+//     every migration runs as before, without them;
+//   - migration 0010 drops the overloads 0002 and 0003 created, which no
+//     build since 0004 calls (IF EXISTS: a fresh database never had them),
+//     so a fresh database and an upgraded one end with the same functions.
+//
+// Migrations whose only content were functions keep a no-op statement:
+// tern refuses an empty migration, and renumbering would change what
+// existing databases' versions mean.
 //
 // # Installing only what changed
 //
