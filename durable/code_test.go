@@ -73,7 +73,9 @@ func TestFunctionsInstalledOnce(t *testing.T) {
 	b.checkOnePerFile(t, b.installedFunctions(t))
 }
 
-// The functions as installed speak Go's vocabulary.
+// The functions as installed speak Go's vocabulary, and the canonical
+// result they store is the bytes a replay answers with and ParseCanonical
+// reads.
 func TestInstalledFunctionsShareGosVocabulary(t *testing.T) {
 	b := &bundle{db: newPool(t, durabletest.NewDatabase(t))}
 	defs := map[string]string{}
@@ -81,6 +83,24 @@ func TestInstalledFunctionsShareGosVocabulary(t *testing.T) {
 		defs[sig[:strings.IndexByte(sig, '(')]] = def
 	}
 	durable.CheckVocabulary(t, defs)
+
+	for _, o := range durable.Outcomes {
+		if !o.Done() {
+			continue
+		}
+		for _, s := range durable.States {
+			var got []byte
+			if err := b.db.QueryRow(context.Background(), `SELECT notifyedge_result($1, $2)`, o.String(), string(s)).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := canonical(o, s); string(got) != want {
+				t.Errorf("notifyedge_result(%s, %s) = %s, want %s", o, s, got, want)
+			}
+			if r, err := durable.ParseCanonical(got); err != nil || r.Outcome != o || r.Status != s {
+				t.Errorf("ParseCanonical(%s) = %+v, %v", got, r, err)
+			}
+		}
+	}
 }
 
 // Migrate installs the functions again only when they are not what it

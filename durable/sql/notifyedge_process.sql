@@ -9,21 +9,22 @@
 -- parallel arrays: cell i says what the event does to an order in state
 -- r_from[i] for the trade party r_party[i] ('' any trade, 'paying' the
 -- order's payer, 'other' another trade; a state whose cells depend on the
--- trade has its 'paying' cell first). r_act[i] is the action (move, pay,
--- settle, refund, itemise, record, skip, premature), r_to[i] and r_topic[i]
--- the move's target and topic, r_review[i] the review of a skip.
--- r_partial_topic is the topic of a partial refund; r_adopt says whether a
--- paid order without paid_by takes the trade this event names (only a
--- trade that paid no other order: one trade pays one order).
+-- trade has its 'paying' cell first; notifyedge_cell finds the cell).
+-- r_act[i] is the action (move, pay, settle, refund, itemise, record, skip,
+-- premature), r_to[i] and r_topic[i] the move's target and topic,
+-- r_review[i] the review of a skip. r_partial_topic is the topic of a
+-- partial refund; r_adopt says whether a paid order without paid_by takes
+-- the trade this event names (only a trade that paid no other order: one
+-- trade pays one order).
 --
 -- The claim is inserted before any effect, already DONE with the result the
--- order predicts; the conditional UPDATE then confirms it by rows
--- affected. A concurrent delivery of the same key waits for the key's
--- advisory lock until the winner ends, then replays its result (or, had the
--- winner rolled back, inserts and proceeds). If another writer changed the
--- order between our read and our UPDATE, we decide again (at most 8 times
--- more) on what it left, rewriting the claim's result in the same
--- transaction.
+-- order predicts (notifyedge_result writes it); the conditional UPDATE then
+-- confirms it by rows affected. A concurrent delivery of the same key waits
+-- for the key's advisory lock until the winner ends, then replays its
+-- result (or, had the winner rolled back, inserts and proceeds). If another
+-- writer changed the order between our read and our UPDATE, we decide
+-- again (at most 8 times more) on what it left, rewriting the claim's
+-- result in the same transaction.
 --
 -- Locks are taken in one order, claim key (its advisory lock) before order
 -- row (Transition takes the order row only, and trade_refund rows are
@@ -117,17 +118,16 @@ BEGIN
             o_status := v_status;
 
             -- The cell: the state's, then, where the trade decides, the
-            -- paying or the other trade's (the paying cell comes first). An
-            -- order without a payer adopts the trade only if that trade paid
-            -- no other order: one trade pays one order.
-            v_i := array_position(r_from, v_status);
-            -- (PL/pgSQL reads an IF's condition up to the first THEN outside
-            -- parentheses: hence those around each CASE.)
-            IF r_party[v_i] <> '' AND r_party[v_i] <>
-               (CASE WHEN coalesce(v_paid_by = p_trade,
-                                   r_adopt AND NOT EXISTS (SELECT 1 FROM biz_order o WHERE o.paid_by = p_trade))
-                     THEN 'paying' ELSE 'other' END) THEN
-                v_i := array_position(r_from, v_status, v_i + 1);
+            -- paying or the other trade's; an order without a payer adopts
+            -- the trade when the event adopts. But only a trade that paid
+            -- no other order: one trade pays one order. (The probe, a
+            -- statement of its own, runs only where adopting is at stake:
+            -- the lookup itself is a simple expression, planned once.)
+            v_i := notifyedge_cell(r_from, r_party, v_status, 1, coalesce(v_paid_by = p_trade, r_adopt));
+            IF r_party[v_i] = 'paying' AND v_paid_by IS NULL THEN
+                IF EXISTS (SELECT 1 FROM biz_order o WHERE o.paid_by = p_trade) THEN
+                    v_i := notifyedge_cell(r_from, r_party, v_status, 1, false);
+                END IF;
             END IF;
             v_act := r_act[v_i];
             IF v_act = 'premature' THEN
@@ -189,8 +189,7 @@ BEGIN
             o_outcome := CASE WHEN v_to IS NULL THEN 'skipped' ELSE 'applied' END;
             o_status := coalesce(v_to, v_status);
             o_review := NULL;
-            -- The canonical result (durable/result.go reads exactly this).
-            o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}', o_outcome, o_status);
+            o_result := notifyedge_result(o_outcome, o_status);
             IF v_claim IS NULL THEN
                 INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
                 VALUES (p_biz_key, p_order_no, p_hash, 'DONE', o_result)

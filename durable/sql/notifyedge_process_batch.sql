@@ -124,13 +124,11 @@ BEGIN
         END LOOP;
         v_way[v_i] := 3;
         CONTINUE WHEN v_row.amount <> p_amounts[v_i] OR v_row.currency <> p_currencies[v_i];
-        -- The cell, as notifyedge_process finds it.
+        -- The cell, as notifyedge_process finds it. (An adopting cell is
+        -- never plain: its trade is checked there.)
         v_e := array_position(r_events, p_events[v_i]);
-        v_j := array_position(r_from, v_row.status, r_lo[v_e]);
-        IF r_party[v_j] <> '' AND r_party[v_j] <>
-           (CASE WHEN coalesce(v_row.paid_by = p_trades[v_i], r_adopt[v_e]) THEN 'paying' ELSE 'other' END) THEN
-            v_j := array_position(r_from, v_row.status, v_j + 1);
-        END IF;
+        v_j := notifyedge_cell(r_from, r_party, v_row.status, r_lo[v_e],
+                               coalesce(v_row.paid_by = p_trades[v_i], r_adopt[v_e]));
         v_act := r_act[v_j];
         IF v_act IN ('move', 'pay') THEN
             v_way[v_i] := 4;
@@ -203,7 +201,7 @@ BEGIN
     IF cardinality(v_plain) > 0 THEN
         INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
         SELECT p_keys[m.i], p_orders[m.i], p_hashes[m.i], 'DONE',
-               format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}', v_outcome[m.i], v_status[m.i])
+               notifyedge_result(v_outcome[m.i], v_status[m.i])
           FROM unnest(v_plain) AS m(i);
     END IF;
     IF cardinality(v_moves) > 0 THEN
@@ -235,7 +233,7 @@ BEGIN
         WHEN 4 THEN
             o_outcome := v_outcome[v_i];
             o_status := v_status[v_i];
-            o_result := format('{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}', o_outcome, o_status);
+            o_result := notifyedge_result(o_outcome, o_status);
         WHEN 3 THEN
             v_e := array_position(r_events, p_events[v_i]);
             SELECT p.o_outcome, p.o_status, p.o_result, p.o_review
