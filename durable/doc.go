@@ -156,5 +156,9 @@
 // github.com/jackc/tern/v2: it runs on a *pgx.Conn (no database/sql layer
 // beside pgx), and holds a blocking session advisory lock for the whole run,
 // so nodes that start at once wait for one another instead of polling
-// (goose's Postgres session locker retries every few seconds).
+// (goose's Postgres session locker retries every few seconds). They change
+// the schema; the server-side functions are code, one file each in
+// durable/sql, installed by Migrate after the migrations under the same
+// lock, when they are not installed already (package durable/sql says
+// how).
 package durable

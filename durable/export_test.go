@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"fmt"
+	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -66,3 +67,10 @@ func GroupQueued(s *Store) int {
 	defer s.group.mu.Unlock()
 	return len(s.group.queue)
 }
+
+// MigrationLock is the key of the migration's session advisory lock.
+const MigrationLock = migrationLock
+
+// CheckVocabulary checks the literals of the SQL functions defs (name ->
+// pg_get_functiondef) against Go's vocabulary.
+func CheckVocabulary(t testing.TB, defs map[string]string) { checkVocabulary(t, defs) }

@@ -17,6 +17,15 @@ import (
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
 
+// canonicalFormat is the stored answer of a DONE claim, byte for byte. A
+// replay answers with the bytes of the first delivery, whichever build
+// stored them, so they are written out here, not taken from the code
+// under test.
+const canonicalFormat = `{"http":200,"code":"SUCCESS","outcome":"%s","status":"%s"}`
+
+// canonical is the stored answer of a DONE claim of outcome o, state s.
+func canonical(o durable.Outcome, s durable.State) string { return fmt.Sprintf(canonicalFormat, o, s) }
+
 // bundle is one test's database: a Store under test and a plain pool the
 // test checks invariants with.
 type bundle struct {

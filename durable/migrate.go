@@ -16,9 +16,16 @@ var migrationFiles embed.FS
 // versionTable records the applied migration version.
 const versionTable = "public.notifyedge_schema_version"
 
-// Migrate applies every pending migration to the database at url. It is
-// safe to call from several nodes at once: tern holds a session advisory
-// lock on its own connection for the whole run, and the others wait.
+// migrationLock is the key of the session advisory lock tern's migrator
+// holds while it migrates (its lockNum, unexported; a test checks tern
+// waits for it).
+const migrationLock = int64(9628173550095224)
+
+// Migrate applies every pending migration to the database at url, then
+// installs the SQL functions (durable/sql) unless they are installed
+// already. It is safe to call from several nodes at once: the whole run
+// holds the migration lock (a session advisory lock), and the others wait
+// for it, then find nothing to do.
 func Migrate(ctx context.Context, url string) error {
 	cc, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -36,7 +43,16 @@ func runMigrations(ctx context.Context, cc *pgx.ConnConfig) error {
 	if err != nil {
 		return fmt.Errorf("migrate: connect: %w", err)
 	}
+	// Closing the session releases the lock, whatever failed.
 	defer conn.Close(context.WithoutCancel(ctx))
+	// tern's own lock, taken first: tern takes it again (a session's
+	// advisory locks nest) and releases its hold when its migrations are
+	// done, while ours keeps the functions' installation inside the same
+	// lock. Nodes of older builds, whose migrators take tern's lock only,
+	// wait on it too.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
 	m, err := migrate.NewMigrator(ctx, conn, versionTable)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -49,6 +65,9 @@ func runMigrations(ctx context.Context, cc *pgx.ConnConfig) error {
 		return fmt.Errorf("migrate: load: %w", err)
 	}
 	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := installCode(ctx, conn); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil

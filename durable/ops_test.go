@@ -14,7 +14,7 @@ import (
 )
 
 // addOutbox inserts n unpublished outbox rows in one statement, as wide as
-// notifyedge_apply writes them, created at created (an SQL expression). The
+// notifyedge_move writes them, created at created (an SQL expression). The
 // payload is one constant of the real shape: building it per row doubled
 // the time of a 2M-row insert, and the backlog's reads never look inside.
 func (b *bundle) addOutbox(t *testing.T, n int, created string) {

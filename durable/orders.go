@@ -355,8 +355,14 @@ func (s *Store) OrderEvent(ctx context.Context, orderNo string, e Event, request
 		default:
 			return ErrEventRefused // rolls the claim back: nothing stored
 		}
-		res.Canonical = CanonicalJSON(res.Outcome, res.Status)
-		_, err = tx.Exec(ctx, `UPDATE notify_claim SET result_json = $2 WHERE biz_key = $1`, key, string(res.Canonical))
+		// The stored answer, written by the one writer of canonical
+		// results, and read back as a replay will read it.
+		var stored []byte
+		if err := tx.QueryRow(ctx, `UPDATE notify_claim SET result_json = notifyedge_result($2, $3) WHERE biz_key = $1
+			RETURNING result_json`, key, res.Outcome.String(), string(res.Status)).Scan(&stored); err != nil {
+			return err
+		}
+		res, err = ParseCanonical(stored)
 		return err
 	})
 	switch {

@@ -77,7 +77,7 @@ func TestOrderMovedUnderDelivery(t *testing.T) {
 		}
 		var stored string
 		_ = b.db.QueryRow(ctx, `SELECT result_json FROM notify_claim WHERE biz_key = $1`, n.BizKey).Scan(&stored)
-		if stored != string(durable.CanonicalJSON(durable.Skipped, durable.Paid)) {
+		if stored != canonical(durable.Skipped, durable.Paid) {
 			t.Errorf("stored %s", stored)
 		}
 		if c := b.outbox(t, "O-r2"); c != 0 {

@@ -99,19 +99,16 @@ type Result struct {
 	Canonical []byte
 }
 
-// The canonical form of a DONE result: exactly what notifyedge_process
-// writes, so reading it back is a prefix match, not a JSON decode.
+// The canonical form of a DONE result, as notifyedge_result writes it (the
+// one writer: every claim's result_json comes from it), so reading it back
+// is a prefix match, not a JSON decode. The bytes never change: a replay
+// answers with the stored bytes of the first delivery, whichever build
+// wrote them.
 const (
 	canonicalHead   = `{"http":200,"code":"SUCCESS","outcome":"`
 	canonicalMiddle = `","status":"`
 	canonicalTail   = `"}`
 )
-
-// CanonicalJSON returns the canonical result_json for a DONE outcome, the
-// same bytes notifyedge_process stores.
-func CanonicalJSON(o Outcome, s State) []byte {
-	return []byte(canonicalHead + o.String() + canonicalMiddle + string(s) + canonicalTail)
-}
 
 // ParseCanonical reads a stored result_json back into a Result. It accepts
 // only the exact canonical form of an applied or skipped result.

@@ -125,7 +125,7 @@ const (
 )
 
 // action is what a cell of the state machine does. The values are the SQL
-// functions' vocabulary (durable/migrations/0004_trades.sql).
+// functions' vocabulary (durable/sql).
 type action string
 
 const (

@@ -1,7 +1,6 @@
 package durable
 
 import (
-	"io/fs"
 	"regexp"
 	"slices"
 	"strings"
@@ -10,49 +9,50 @@ import (
 
 // The SQL functions and Go share one vocabulary: outcomes, review reasons,
 // topics, states, events, the machine's actions and parties. Go defines it
-// (result.go, state.go); the functions of the current migrations spell some
-// of it as literals. This test reads every literal of those migrations and
-// checks each word is one Go knows, and that every word Go knows is one the
-// SQL (or the machine Go hands it) can produce: a typo on either side, or a
-// name added on one side only, fails here rather than as an answer no
-// adapter can render.
-
-// currentMigrations define the functions durable calls: 0004 the
-// transition, shipping and move, 0009 the one-at-a-time and batch decisions.
-var currentMigrations = []string{"migrations/0004_trades.sql", "migrations/0009_one_trade_one_order.sql"}
+// (result.go, state.go); the functions spell some of it as literals.
+// checkVocabulary reads every literal of the functions as a database has
+// them installed (TestInstalledFunctionsShareGosVocabulary hands it
+// pg_get_functiondef of each) and checks each word is one Go knows, and
+// that every word Go knows is one the SQL (or the machine Go hands it) can
+// produce: a typo on either side, or a name added on one side only, fails
+// here rather than as an answer no adapter can render.
 
 var (
 	sqlComment = regexp.MustCompile(`--[^\n]*`)
 	sqlLiteral = regexp.MustCompile(`'((?:[^']|'')*)'`)
 	upperWord  = regexp.MustCompile(`^[A-Z][A-Z_]*$`)
 	lowerWord  = regexp.MustCompile(`^[a-z][a-z_]*$`)
+	// sqlBody is a function's body in pg_get_functiondef's output (its
+	// header holds no vocabulary, only settings such as 'off').
+	sqlBody = regexp.MustCompile(`(?s)\bAS (\$[a-z_]*\$)(.*)(\$[a-z_]*\$)\s*$`)
 )
 
-// sqlLiterals returns the string literals of the migrations' up parts,
+// sqlLiterals returns the string literals of each function's body,
 // comments stripped (they hold apostrophes).
-func sqlLiterals(t *testing.T) []string {
+func sqlLiterals(t testing.TB, defs map[string]string) map[string][]string {
 	t.Helper()
-	var out []string
-	for _, name := range currentMigrations {
-		b, err := fs.ReadFile(migrationFiles, name)
-		if err != nil {
-			t.Fatal(err)
+	out := map[string][]string{}
+	n := 0
+	for name, def := range defs {
+		m := sqlBody.FindStringSubmatch(def)
+		if m == nil || m[1] != m[3] {
+			t.Fatalf("%s: no body in its definition:\n%s", name, def)
 		}
-		up, _, ok := strings.Cut(string(b), "---- create above / drop below ----")
-		if !ok {
-			t.Fatalf("%s: no up/down separator", name)
-		}
-		for _, m := range sqlLiteral.FindAllStringSubmatch(sqlComment.ReplaceAllString(up, ""), -1) {
-			out = append(out, strings.ReplaceAll(m[1], "''", "'"))
+		for _, l := range sqlLiteral.FindAllStringSubmatch(sqlComment.ReplaceAllString(m[2], ""), -1) {
+			out[name] = append(out[name], strings.ReplaceAll(l[1], "''", "'"))
+			n++
 		}
 	}
-	if len(out) < 20 {
-		t.Fatalf("found %d literals: the parse is wrong", len(out))
+	if n < 20 {
+		t.Fatalf("found %d literals: the parse is wrong", n)
 	}
 	return out
 }
 
-func TestSQLAndGoShareOneVocabulary(t *testing.T) {
+// checkVocabulary checks the literals of the functions defs (name ->
+// pg_get_functiondef) against Go's vocabulary.
+func checkVocabulary(t testing.TB, defs map[string]string) {
+	t.Helper()
 	known := map[string]string{} // word -> what it is
 	add := func(kind string, words ...string) {
 		for _, w := range words {
@@ -90,40 +90,44 @@ func TestSQLAndGoShareOneVocabulary(t *testing.T) {
 	add("resolver", "notifyedge")
 	add("SQLSTATE", "serialization_failure")
 	add("setting", "lock_timeout")
-	add("index", "biz_order_paid_by_uniq")
 	add("outbox payload key", "order_no", "event_type", "from", "to", "biz_key",
 		"trade", "refund_id", "refund_amount", "refunded_amount")
 
-	literals := sqlLiterals(t)
 	seen := map[string]bool{}
-	for _, l := range literals {
-		seen[l] = true
-		switch {
-		case l == "", l == "{}": // "{}": an empty array
-		case upperWord.MatchString(l) || lowerWord.MatchString(l):
-			if _, ok := known[l]; !ok {
-				t.Errorf("SQL literal %q is no outcome, reason, topic, state, event, action or party Go knows", l)
+	canonicalParts := 0
+	for name, literals := range sqlLiterals(t, defs) {
+		for _, l := range literals {
+			seen[l] = true
+			switch {
+			case l == "", l == "{}": // "{}": an empty array
+			case upperWord.MatchString(l) || lowerWord.MatchString(l):
+				if _, ok := known[l]; !ok {
+					t.Errorf("%s: SQL literal %q is no outcome, reason, topic, state, event, action or party Go knows", name, l)
+				}
+			case l == canonicalHead, l == canonicalMiddle, l == canonicalTail:
+				// The canonical result is written by SQL and read by
+				// result.go; its one writer is notifyedge_result.
+				if name != "notifyedge_result" {
+					t.Errorf("%s writes a canonical result itself (%q): notifyedge_result is its one writer", name, l)
+				}
+				canonicalParts++
+			case strings.Contains(l, `"http"`), strings.Contains(l, `"status"`):
+				t.Errorf("%s: SQL literal %q is not the canonical result result.go reads (%s...%s...%s)",
+					name, l, canonicalHead, canonicalMiddle, canonicalTail)
+			case strings.HasPrefix(l, ":"):
+				// The biz_key suffix of a payment, which names its trade.
+				if l != ":"+string(PaySuccess) {
+					t.Errorf("%s: SQL's payment key suffix %q, want %q", name, l, ":"+string(PaySuccess))
+				}
+			case strings.Contains(l, " "):
+				// A message or a resolution: prose, not vocabulary.
+			default:
+				t.Errorf("%s: SQL literal %q has no known shape", name, l)
 			}
-		case strings.HasPrefix(l, `{"http"`):
-			// The canonical result is written by SQL and read by result.go.
-			want := canonicalHead + "%s" + canonicalMiddle + "%s" + canonicalTail
-			if l != want {
-				t.Errorf("SQL's canonical result %q, result.go's %q", l, want)
-			}
-		case strings.HasPrefix(l, ":"):
-			// The biz_key suffix of a payment, which names its trade.
-			if l != ":"+string(PaySuccess) {
-				t.Errorf("SQL's payment key suffix %q, want %q", l, ":"+string(PaySuccess))
-			}
-		case strings.HasPrefix(l, `"outcome":`):
-			if l != `"outcome":"`+Applied.String()+`"` {
-				t.Errorf("SQL's applied-claim marker %q", l)
-			}
-		case strings.Contains(l, " "):
-			// A message or a resolution: prose, not vocabulary.
-		default:
-			t.Errorf("SQL literal %q has no known shape", l)
 		}
+	}
+	if canonicalParts != 3 {
+		t.Errorf("the canonical result's three parts appear %d times, want once each, in notifyedge_result", canonicalParts)
 	}
 
 	// And the other way: every word Go defines is one SQL can produce,
@@ -141,6 +145,12 @@ func TestSQLAndGoShareOneVocabulary(t *testing.T) {
 		if !seen[o.String()] {
 			t.Errorf("outcome %q is never returned by notifyedge_process", o)
 		}
+	}
+	if !seen[replayedOutcome] {
+		t.Errorf("outcome %q is never returned by notifyedge_process", replayedOutcome)
+	}
+	if !seen[busyOutcome] {
+		t.Errorf("batch outcome %q is never returned by notifyedge_process_batch", busyOutcome)
 	}
 	for _, r := range ReviewReasons {
 		if r == ReviewMerchantMismatch {

@@ -58,7 +58,9 @@
 //   - claimcache/claimcachetest: a real redis-server (or a Redis Cluster)
 //     on free ports for tests and benches, and WaitFor, a wait for a
 //     condition with a deadline fit for a loaded machine.
-//   - durable: schema migrations, the one-transaction decision (Process),
+//   - durable: schema migrations, the server-side functions as code (one
+//     file each in durable/sql, installed by every migrate), the
+//     one-transaction decision (Process),
 //     internal transitions (Transition), the orders API's reads and writes,
 //     the review queue, the outbox relay, retention, the cache epoch.
 //   - durable/outbox: the outbox message and the Publisher interface, with

@@ -30,8 +30,9 @@ var ErrViolated = errors.New("invariant: money invariant violated")
 var onceTopics = []string{"ORDER_PAID", "ORDER_SHIPPED", "ORDER_CLOSED", "ORDER_REFUNDED"}
 
 // appliedClaim matches the result_json of an applied claim. The stored form
-// is byte for byte canonical (durable.CanonicalJSON), so a substring match is
-// exact, and unlike a cast to jsonb it cannot fail on a malformed row.
+// is byte for byte canonical (the SQL function notifyedge_result writes
+// every one), so a substring match is exact, and unlike a cast to jsonb it
+// cannot fail on a malformed row.
 const appliedClaim = `strpos(c.result_json, '"outcome":"applied"') > 0`
 
 // maxExamples bounds how many offenders a violation names.
