@@ -157,7 +157,9 @@ func TestEpochChangeForgetsEntries(t *testing.T) {
 	ctx := context.Background()
 	srv := startRedis(t)
 	src := &epochSource{epoch: "1-1-0"}
-	c := newCache(t, srv.URL(), src.config(claimcache.Config{LocalEntries: 1024}))
+	// The new claim must outlive the checks below on a loaded machine (the
+	// default pending TTL is 200 ms).
+	c := newCache(t, srv.URL(), src.config(claimcache.Config{LocalEntries: 1024, PendingTTL: time.Minute}))
 	key, d := []byte("acme:T-2:PAY_SUCCESS"), digest("a")
 	if err := c.Complete(ctx, key, d, []byte("answer of 1-1-0")); err != nil {
 		t.Fatal(err)
