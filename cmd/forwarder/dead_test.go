@@ -24,6 +24,10 @@ func TestDeadLetterAndRedrive(t *testing.T) {
 	e := newTestEnv(t)
 	cfg := e.config("f1")
 	cfg.MaxAge = 300 * time.Millisecond
+	// Re-drive holds the lease while it works: on a loaded machine a
+	// 500 ms lease can lapse between renewals (its context then ends the
+	// re-drive). Nothing here waits for a lease to expire.
+	cfg.LeaseTTL = 2 * time.Second
 	// E flows beside D and G, hashed to the lane D once shared with it:
 	// D's retries must not hold it.
 	const D, G = "dies", "stays-dead"
@@ -84,7 +88,7 @@ func TestDeadLetterAndRedrive(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	stop = e.start(e.config("f2"))
+	stop = e.start(withLease(e.config("f2"), cfg.LeaseTTL))
 	d5 := e.publish(1, D, E)
 	waitFor(t, 5*time.Second, "D5 dead-lettered", func() bool { return len(e.deadEntries()) == 5 })
 	waitFor(t, 5*time.Second, "E's event", func() bool { return e.recv.unique() == 3+3+1 })
@@ -117,7 +121,7 @@ func TestDeadLetterAndRedrive(t *testing.T) {
 	}
 
 	// Forwarding again: D's new event follows its re-driven ones, G's dies.
-	stop = e.start(e.config("f3"))
+	stop = e.start(withLease(e.config("f3"), cfg.LeaseTTL))
 	last := e.publish(1, D, G)
 	waitFor(t, 5*time.Second, "D6", func() bool { return e.recv.tries(last[0].ID) == 1 })
 	waitFor(t, 5*time.Second, "G3 dead-lettered", func() bool { return len(e.deadEntries()) == 2 })
@@ -176,4 +180,10 @@ func checkDead(t *testing.T, dead []redis.XMessage, order string, want []int64, 
 	if !slices.Equal(got, want) {
 		t.Errorf("dead entries of %s: %v, want %v", order, got, want)
 	}
+}
+
+// withLease is cfg with another lease TTL.
+func withLease(cfg Config, ttl time.Duration) Config {
+	cfg.LeaseTTL = ttl
+	return cfg
 }
