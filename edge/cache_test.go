@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/claimcache"
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
@@ -218,14 +219,13 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	}
 	// The breaker closes on the first request after its cooldown: send
 	// one key the rounds below do not use until it has.
-	deadline := time.Now().Add(30 * time.Second)
-	for b.metric(t, `notifyedge_cache_breaker_open{node=""}`) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the breaker is still open 30 s after Redis came back")
+	claimcachetest.WaitFor(t, "the breaker closed after Redis came back", func() (bool, string) {
+		if b.metric(t, `notifyedge_cache_breaker_open{node=""}`) == 0 {
+			return true, ""
 		}
 		b.post(t, payloads[n-1])
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, "breaker open"
+	})
 	replays := func() (db, cache float64) {
 		return b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_db"}`),
 			b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_cache"}`)
@@ -295,13 +295,10 @@ func TestPendingExpiresWhileOwnerIsSlow(t *testing.T) {
 	payload := body("T-slow", "PAY_SUCCESS", "O-slow", 1999)
 	first := b.postAsync(t, payload)
 	durabletest.WaitLockWaiters(t, b.db, 1, "%")
-	deadline := time.Now().Add(30 * time.Second)
-	for b.redisKeys(t) != 0 { // the owner's pending entry expires
-		if time.Now().After(deadline) {
-			t.Fatal("the owner's pending entry outlived its 100 ms TTL by 30 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, "the owner's pending entry expired (100 ms TTL)", func() (bool, string) {
+		n := b.redisKeys(t)
+		return n == 0, fmt.Sprintf("%d keys", n)
+	})
 	second := b.postAsync(t, payload)
 	durabletest.WaitLockWaiters(t, b.db, 2, "%") // the second waits on the first's claim
 	release()

@@ -74,19 +74,11 @@ func TestClusterMasterKilledMidLoad(t *testing.T) {
 	go storm(a)
 	go storm(b)
 	// Kill the master once the storm is under way (a tenth of it answered).
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	claimcachetest.WaitFor(t, "the storm under way (a tenth answered)", func() (bool, string) {
 		mu.Lock()
-		under := sent >= len(payloads)*4
-		mu.Unlock()
-		if under {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the storm did not get under way within 60 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer mu.Unlock()
+		return sent >= len(payloads)*4, fmt.Sprintf("%d answered", sent)
+	})
 	victim.Kill()
 	wg.Wait()
 	if len(wrong) > 0 {

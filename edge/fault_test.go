@@ -174,13 +174,9 @@ func (h hangingCleanup) Abort(ctx context.Context, key []byte, d claimcache.Dige
 // waitEntered waits until n cleanup calls began (they run after the answer).
 func (h hangingCleanup) waitEntered(t *testing.T, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for h.entered.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d cache cleanups began after 30 s, want %d", h.entered.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, fmt.Sprintf("%d cache cleanups begun", n), func() (bool, string) {
+		return h.entered.Load() >= n, fmt.Sprintf("%d begun", h.entered.Load())
+	})
 }
 
 // The answer is written at the hard stop whatever the cache is doing: the
@@ -197,9 +193,9 @@ func TestCacheCleanupAfterTheAnswer(t *testing.T) {
 	// them (cleanups run last-in first-out: this runs before setup's).
 	t.Cleanup(func() {
 		close(cleanup.release)
-		for cleanup.running.Load() > 0 {
-			time.Sleep(time.Millisecond)
-		}
+		claimcachetest.WaitFor(t, "the released cache cleanups returned", func() (bool, string) {
+			return cleanup.running.Load() == 0, fmt.Sprintf("%d still hanging", cleanup.running.Load())
+		})
 	})
 	// Each answer arrives while its cleanup still hangs: it was written
 	// before the cleanup began, whatever the cache is doing.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
@@ -226,15 +227,11 @@ func TestLogsRedactedAndBounded(t *testing.T) {
 		}
 	}
 	// The server logs after it closed the connection: wait for the line.
-	deadline := time.Now().Add(30 * time.Second)
-	out := logs.String()
-	for !strings.Contains(out, "malformed") && !strings.Contains(out, "http layer") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the malformed requests were not logged at all:\n%s", out)
-		}
-		time.Sleep(time.Millisecond)
+	var out string
+	claimcachetest.WaitFor(t, "the malformed requests logged", func() (bool, string) {
 		out = logs.String()
-	}
+		return strings.Contains(out, "malformed") || strings.Contains(out, "http layer"), out
+	})
 	for _, s := range secrets {
 		if strings.Contains(out, s) {
 			t.Errorf("a secret reached the log:\n%s", out)
@@ -492,16 +489,13 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 			rows.Close()
 		}
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if w, _ := answeredSince(time.Time{}); w == scraperCount {
-			break
+	everyScraperSince := func(since time.Time) func() (bool, string) {
+		return func() (bool, string) {
+			w, _ := answeredSince(since)
+			return w == scraperCount, fmt.Sprintf("%d of %d scrapers answered", w, scraperCount)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("not every scraper was answered within 60 s")
-		}
-		time.Sleep(time.Millisecond)
 	}
+	claimcachetest.WaitFor(t, "every scraper answered before the callbacks", everyScraperSince(time.Time{}))
 	callbacksStart := time.Now()
 	jobs := make(chan int)
 	var mu sync.Mutex
@@ -529,15 +523,7 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 	// Every scraper is answered once more after the callbacks ended: a
 	// scrape in flight then overlapped them.
 	callbacksEnd := time.Now()
-	for {
-		if w, _ := answeredSince(callbacksEnd); w == scraperCount {
-			break
-		}
-		if time.Now().After(deadline.Add(60 * time.Second)) {
-			t.Fatal("not every scraper was answered after the callbacks")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, "every scraper answered after the callbacks", everyScraperSince(callbacksEnd))
 	close(stop)
 	scrapers.Wait()
 	_, total := answeredSince(callbacksStart)

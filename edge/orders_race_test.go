@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
@@ -242,14 +243,11 @@ func TestOrderEventsUseOperatorPool(t *testing.T) {
 	}
 	// Held past three times the callbacks' budget, by the server's clock:
 	// the operator pool's lock_timeout is seconds, so the SHIP still waits.
-	deadline := time.Now().Add(30 * time.Second)
-	for b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-		AND query LIKE '%notifyedge_transition%' AND clock_timestamp() - query_start > $1::interval`, (3*budget).String()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the SHIP stopped waiting for the row lock before three budgets passed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, "the SHIP waiting on the row lock for three budgets", func() (bool, string) {
+		n := b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+			AND query LIKE '%notifyedge_transition%' AND clock_timestamp() - query_start > $1::interval`, (3 * budget).String())
+		return n > 0, "not waiting that long (or no longer waiting)"
+	})
 	release()
 	if r := <-reply; r.err != nil || r.code != 200 || r.body["outcome"] != "applied" {
 		t.Errorf("SHIP after the lock was released: %d %v %v", r.code, r.body, r.err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge"
@@ -119,13 +120,9 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 		defer cancel()
 		shut <- b.server.Shutdown(sctx)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !b.server.Draining() {
-		if time.Now().After(deadline) {
-			t.Fatal("not draining 30 s after Shutdown began")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, "draining once Shutdown began", func() (bool, string) {
+		return b.server.Draining(), "not draining"
+	})
 	release()
 	if got := <-answered; got.status != 200 || !strings.Contains(got.body, `"applied"`) {
 		t.Errorf("in-flight request: %d %s", got.status, got.body)
