@@ -108,6 +108,15 @@ type wechatResource struct {
 	} `json:"amount"`
 }
 
+// WeChatQueriedEvent is the event_type of a stored delivery built from the
+// answer of WeChat's order query (reconciliation) rather than from a
+// callback: its resource is the transaction as the query returned it. A
+// trade_state of SUCCESS, or REFUND (paid, then refunded), is the payment
+// its TRANSACTION.SUCCESS callback would have announced, and maps to the
+// same key and digest, so that whichever of the two arrives second is a
+// replay.
+const WeChatQueriedEvent = "TRANSACTION.QUERIED"
+
 // WeChatSignatureProbe prefixes the signatures WeChat sends to check that a
 // merchant verifies them: always an authentication failure.
 const WeChatSignatureProbe = "WECHATPAY/SIGNTEST/"
@@ -213,7 +222,8 @@ func (w *WeChatPay) mapResource(body []byte, eventType string, plain []byte, d *
 	}
 	var amount *int64
 	switch {
-	case n.EventType == "TRANSACTION.SUCCESS" && r.TradeState == "SUCCESS":
+	case n.EventType == "TRANSACTION.SUCCESS" && r.TradeState == "SUCCESS",
+		n.EventType == WeChatQueriedEvent && (r.TradeState == "SUCCESS" || r.TradeState == "REFUND"):
 		d.Event, amount = eventPaySuccess, r.Amount.Total
 	case n.EventType == "REFUND.SUCCESS" && r.RefundStatus == "SUCCESS",
 		(n.EventType == "REFUND.ABNORMAL" || n.EventType == "REFUND.CLOSED") && r.RefundStatus == n.EventType[len("REFUND."):]:
