@@ -255,7 +255,7 @@ func TestOpsPoolSeparate(t *testing.T) {
 	}
 	// The orders API too: an order system never waits for a callback's
 	// connection.
-	if created, err := b.store.PutOrder(octx, "O-ops-put", 1999, "CNY"); err != nil || !created {
+	if created, err := b.store.PutOrder(octx, "O-ops-put", 1999, "CNY", ""); err != nil || !created {
 		t.Errorf("PutOrder: %v %v", created, err)
 	}
 	if err := b.store.PatchOrder(octx, "O-ops-put", 2999, "CNY"); err != nil {

@@ -39,6 +39,8 @@ type Order struct {
 	PaidBy         *string // the paying trade, nil while unknown
 	RefundedAmount int64
 	UpdatedAt      time.Time
+	// Channel is the channel the order system named ("" for none).
+	Channel string
 }
 
 // OrderHistory answers "what happened to this order?": the order, its claims
@@ -94,28 +96,32 @@ const orderRetries = 8
 
 // PutOrder registers a PENDING_PAY order: created is true for a new order,
 // false when the same order (amount and currency) already exists, whatever
-// its state; another amount or currency is ErrOrderExists. It runs on the
-// operator pool: order systems must not take the callbacks' connections.
+// its state; another amount or currency is ErrOrderExists. channel, when
+// not "", names the channel the order is paid through (reconciliation asks
+// only that one): an order registered without one takes it, one registered
+// with another is ErrOrderExists. It runs on the operator pool: order
+// systems must not take the callbacks' connections.
 //
 // Concurrent PUTs of one new order answer as if they ran one after the
 // other: the INSERT waits for a concurrent inserter and then inserts
 // nothing, and the row it lost to is read by a statement of its own, whose
 // snapshot sees that commit (a fallback inside the INSERT's statement
 // would not).
-func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, currency string) (created bool, err error) {
+func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, currency, channel string) (created bool, err error) {
 	for range orderRetries {
 		var gotAmount int64
-		var gotCurrency string
-		err = s.ops.QueryRow(ctx, `INSERT INTO biz_order (order_no, status, amount, currency) VALUES ($1, 'PENDING_PAY', $2, $3)
-    ON CONFLICT (order_no) DO NOTHING RETURNING amount`, orderNo, amount, currency).Scan(&gotAmount)
+		var gotCurrency, gotChannel string
+		err = s.ops.QueryRow(ctx, `INSERT INTO biz_order (order_no, status, amount, currency, channel)
+    VALUES ($1, 'PENDING_PAY', $2, $3, NULLIF($4, ''))
+    ON CONFLICT (order_no) DO NOTHING RETURNING amount`, orderNo, amount, currency, channel).Scan(&gotAmount)
 		if err == nil {
 			return true, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return false, wrap(ctx, "put order "+orderNo, err)
 		}
-		err = s.ops.QueryRow(ctx, `SELECT amount, currency FROM biz_order WHERE order_no = $1`, orderNo).
-			Scan(&gotAmount, &gotCurrency)
+		err = s.ops.QueryRow(ctx, `SELECT amount, currency, COALESCE(channel, '') FROM biz_order WHERE order_no = $1`, orderNo).
+			Scan(&gotAmount, &gotCurrency, &gotChannel)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // deleted between the two statements: insert again
 		}
@@ -124,6 +130,21 @@ func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, curr
 		}
 		if gotAmount != amount || gotCurrency != currency {
 			return false, fmt.Errorf("put order %s: %w (%d %s)", orderNo, ErrOrderExists, gotAmount, gotCurrency)
+		}
+		if channel != "" && gotChannel != "" && gotChannel != channel {
+			return false, fmt.Errorf("put order %s: %w (channel %s)", orderNo, ErrOrderExists, gotChannel)
+		}
+		if channel != "" && gotChannel == "" {
+			// Named late: recorded, leaving the order's clock (updated_at)
+			// alone. A concurrent PUT naming another channel loses here
+			// and is read again.
+			tag, err := s.ops.Exec(ctx, `UPDATE biz_order SET channel = $2 WHERE order_no = $1 AND channel IS NULL`, orderNo, channel)
+			if err != nil {
+				return false, wrap(ctx, "put order "+orderNo, err)
+			}
+			if tag.RowsAffected() == 0 {
+				continue
+			}
 		}
 		return false, nil
 	}
@@ -168,7 +189,7 @@ func (s *Store) PatchOrder(ctx context.Context, orderNo string, amount int64, cu
 // trip, one snapshot: of each list the newest $2 rows, oldest first. Claims
 // are found by order_no (the index notify_claim_order_no_idx), refunds by
 // order, events and reviews by order.
-const sqlOrderHistory = `SELECT o.status, o.amount, o.currency, o.paid_by, o.refunded_amount, o.updated_at,
+const sqlOrderHistory = `SELECT o.status, o.amount, o.currency, o.paid_by, o.refunded_amount, o.updated_at, COALESCE(o.channel, ''),
   (SELECT coalesce(jsonb_agg(x.j ORDER BY x.id), '[]') FROM (
      SELECT c.id, jsonb_build_object('biz_key', c.biz_key, 'result', c.result_json, 'created_at', c.created_at) AS j
        FROM notify_claim c WHERE c.order_no = o.order_no AND c.claim_state = 'DONE' ORDER BY c.id DESC LIMIT $2) x),
@@ -205,7 +226,7 @@ func (s *Store) OrderHistory(ctx context.Context, orderNo string, limit int) (Or
 	var claims, refunds, events, reviews []byte
 	var status string
 	err := s.ops.QueryRow(ctx, sqlOrderHistory, orderNo, limit+1).Scan(&status, &h.Amount, &h.Currency, &h.PaidBy,
-		&h.RefundedAmount, &h.UpdatedAt, &claims, &refunds, &events, &reviews)
+		&h.RefundedAmount, &h.UpdatedAt, &h.Channel, &claims, &refunds, &events, &reviews)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return OrderHistory{}, fmt.Errorf("order %s: %w", orderNo, ErrUnknownOrder)
 	}

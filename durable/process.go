@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Notification is one callback delivery, already parsed, authenticated and
@@ -225,8 +227,14 @@ func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 
 // processOne decides one validated delivery in a transaction of its own.
 func (s *Store) processOne(ctx context.Context, n *Notification) (Result, error) {
+	return s.processOn(ctx, s.pool, n)
+}
+
+// processOn decides one validated delivery in a transaction of its own on
+// pool.
+func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notification) (Result, error) {
 	var outcome, status, result, review *string
-	err := s.pool.QueryRow(ctx, processSQL[n.Event],
+	err := pool.QueryRow(ctx, processSQL[n.Event],
 		n.BizKey, n.OrderNo, n.Digest, textSafe(n.RawBody),
 		string(n.Event), n.Amount, n.Currency,
 		n.Trade, n.RefundID, n.RefundAmount, n.Cumulative,

@@ -20,9 +20,20 @@ var ErrNoChannel = errors.New("edge: channel not configured")
 // by an operator who fixed the cause. The cache is left alone: a re-driven
 // result reaches it with the next duplicate, through Postgres.
 func (s *Server) Redrive(ctx context.Context, channelName string, body []byte) (channel.Verdict, Outcome, error) {
+	return s.DecideStored(ctx, s.auth(), channelName, body, false)
+}
+
+// DecideStored decides a delivery that did not come as a request (a review
+// row's body, or one built from a channel's verified answer to a query)
+// through the channel's adapter (Channel.Redrive: mapping, key, digest,
+// merchant checks, no authentication) and the authority a. A merchant
+// mismatch opens a review row when review is true, as a callback's does;
+// a review row's own body is not recorded twice. The cache is left alone:
+// the result reaches it with the next duplicate, through Postgres.
+func (s *Server) DecideStored(ctx context.Context, a Authority, channelName string, body []byte, review bool) (channel.Verdict, Outcome, error) {
 	ch, ok := (*s.channels.Load())[channelName]
 	if !ok {
-		return channel.Verdict{}, OutcomeUnknownChannel, fmt.Errorf("redrive: %w: %s", ErrNoChannel, channelName)
+		return channel.Verdict{}, OutcomeUnknownChannel, fmt.Errorf("decide stored delivery: %w: %s", ErrNoChannel, channelName)
 	}
 	x := getExchange()
 	defer putExchange(x)
@@ -30,11 +41,16 @@ func (s *Server) Redrive(ctx context.Context, channelName string, body []byte) (
 	x.req.Body = body
 	if rej := ch.Redrive(body, &x.d); rej != nil {
 		o := rejectOutcome(rej.Kind)
+		if o == OutcomeMerchantMismatch && review {
+			if err := a.RecordReview(ctx, s.notification(x), durable.ReviewMerchantMismatch); err != nil {
+				return channel.Verdict{}, OutcomeUnavailable, fmt.Errorf("review %s: %w", x.d.Key, err)
+			}
+		}
 		return failVerdict(o, "", rej.Message), o, nil
 	}
-	res, err := s.auth().Process(ctx, s.notification(x))
+	res, err := a.Process(ctx, s.notification(x))
 	if err != nil {
-		return channel.Verdict{}, OutcomeUnavailable, fmt.Errorf("redrive %s: %w", x.d.Key, err)
+		return channel.Verdict{}, OutcomeUnavailable, fmt.Errorf("decide %s: %w", x.d.Key, err)
 	}
 	if res.Outcome.Done() {
 		o := OutcomeApplied

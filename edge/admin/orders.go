@@ -19,7 +19,7 @@ import (
 // OrderStore is what the orders API reads and writes. *durable.Store
 // satisfies it.
 type OrderStore interface {
-	PutOrder(ctx context.Context, orderNo string, amount int64, currency string) (created bool, err error)
+	PutOrder(ctx context.Context, orderNo string, amount int64, currency, channel string) (created bool, err error)
 	PatchOrder(ctx context.Context, orderNo string, amount int64, currency string) error
 	OrderHistory(ctx context.Context, orderNo string, limit int) (durable.OrderHistory, error)
 	OrderEvent(ctx context.Context, orderNo string, e durable.Event, requestID string) (durable.Result, error)
@@ -36,17 +36,20 @@ const adminTimeout = 5 * time.Second
 
 // orderJSON is an order as GET /orders/{order_no} shows it.
 type orderJSON struct {
-	OrderNo        string         `json:"order_no"`
-	Status         string         `json:"status"`
-	Amount         int64          `json:"amount"`
-	Currency       string         `json:"currency"`
-	PaidBy         *string        `json:"paid_by"`
-	RefundedAmount int64          `json:"refunded_amount"`
-	UpdatedAt      time.Time      `json:"updated_at"`
-	Claims         []claimJSON    `json:"claims"`
-	Refunds        []refundJSON   `json:"refunds"`
-	Events         []eventJSON    `json:"events"`
-	Reviews        []orderRevJSON `json:"reviews"`
+	OrderNo        string    `json:"order_no"`
+	Status         string    `json:"status"`
+	Amount         int64     `json:"amount"`
+	Currency       string    `json:"currency"`
+	PaidBy         *string   `json:"paid_by"`
+	RefundedAmount int64     `json:"refunded_amount"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	// Channel is the channel the order system named at PUT (omitted when
+	// none: every channel with query credentials is asked).
+	Channel string         `json:"channel,omitempty"`
+	Claims  []claimJSON    `json:"claims"`
+	Refunds []refundJSON   `json:"refunds"`
+	Events  []eventJSON    `json:"events"`
+	Reviews []orderRevJSON `json:"reviews"`
 	// Truncated: a list held more than the request's limit; its oldest
 	// rows were left out.
 	Truncated bool `json:"truncated,omitempty"`
@@ -91,7 +94,7 @@ type orderRevJSON struct {
 
 func toOrderJSON(h durable.OrderHistory) orderJSON {
 	o := orderJSON{OrderNo: h.OrderNo, Status: string(h.Status), Amount: h.Amount, Currency: h.Currency,
-		PaidBy: h.PaidBy, RefundedAmount: h.RefundedAmount, UpdatedAt: h.UpdatedAt.UTC(),
+		PaidBy: h.PaidBy, RefundedAmount: h.RefundedAmount, UpdatedAt: h.UpdatedAt.UTC(), Channel: h.Channel,
 		Claims: []claimJSON{}, Refunds: []refundJSON{}, Events: []eventJSON{}, Reviews: []orderRevJSON{},
 		Truncated: h.Truncated}
 	for _, c := range h.Claims {
@@ -119,27 +122,37 @@ func utcPtr(t *time.Time) *time.Time {
 
 // orderFields are the body of PUT and PATCH, checked by the callback body's
 // rules: amount an integer literal [1-9][0-9]* at most 2^53-1, currency
-// [A-Z]{3}.
-func orderFields(body []byte) (amount int64, currency string, err error) {
+// [A-Z]{3}; channel (PUT only, optional) a channel name [a-z0-9_]{1,32}.
+func orderFields(body []byte, withChannel bool) (amount int64, currency, ch string, err error) {
 	var req struct {
 		Amount   json.RawMessage `json:"amount"`
 		Currency string          `json:"currency"`
+		Channel  *string         `json:"channel"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	a := string(req.Amount)
 	if a == "" || a[0] < '1' || a[0] > '9' || len(a) > 16 {
-		return 0, "", errors.New("amount: must be a positive integer in minor units, at most 2^53-1")
+		return 0, "", "", errors.New("amount: must be a positive integer in minor units, at most 2^53-1")
 	}
 	n, perr := strconv.ParseInt(a, 10, 64)
 	if perr != nil || n > 1<<53-1 {
-		return 0, "", errors.New("amount: must be a positive integer in minor units, at most 2^53-1")
+		return 0, "", "", errors.New("amount: must be a positive integer in minor units, at most 2^53-1")
 	}
 	if len(req.Currency) != 3 || strings.ToUpper(req.Currency) != req.Currency || strings.IndexFunc(req.Currency, func(r rune) bool { return r < 'A' || r > 'Z' }) >= 0 {
-		return 0, "", errors.New("currency: must be three upper-case letters")
+		return 0, "", "", errors.New("currency: must be three upper-case letters")
 	}
-	return n, req.Currency, nil
+	if req.Channel != nil {
+		if !withChannel {
+			return 0, "", "", errors.New("channel: set once, by PUT")
+		}
+		if !channel.ValidChannelName(*req.Channel) {
+			return 0, "", "", errors.New("channel: must be a channel name, [a-z0-9_]{1,32}")
+		}
+		ch = *req.Channel
+	}
+	return n, req.Currency, ch, nil
 }
 
 // validID is the rule of order numbers and request ids: 1 to 64
@@ -177,15 +190,15 @@ func (a *Server) orders(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 	code, conflict := http.StatusOK, ""
 	switch {
 	case ctx.IsPut():
-		amount, currency, err := orderFields(ctx.PostBody())
+		amount, currency, ch, err := orderFields(ctx.PostBody(), true)
 		if err != nil {
 			jsonError(ctx, http.StatusBadRequest, err.Error())
 			return
 		}
-		created, err := d.Orders.PutOrder(rctx, orderNo, amount, currency)
+		created, err := d.Orders.PutOrder(rctx, orderNo, amount, currency, ch)
 		switch {
 		case errors.Is(err, durable.ErrOrderExists):
-			code, conflict = http.StatusConflict, "the order exists with another amount or currency"
+			code, conflict = http.StatusConflict, "the order exists with another amount, currency or channel"
 		case err != nil:
 			a.unavailable(ctx, "put order", err)
 			return
@@ -193,7 +206,7 @@ func (a *Server) orders(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 			code = http.StatusCreated
 		}
 	case ctx.IsPatch():
-		amount, currency, err := orderFields(ctx.PostBody())
+		amount, currency, _, err := orderFields(ctx.PostBody(), false)
 		if err != nil {
 			jsonError(ctx, http.StatusBadRequest, err.Error())
 			return
