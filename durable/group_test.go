@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
@@ -430,4 +432,61 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Size()
+}
+
+// A batch decides its plain cells (a payment of a PENDING_PAY order, a
+// close of an unpaid one) with its set statements: notifyedge_process runs
+// only for the deliveries decided alone. Postgres counts the function's
+// calls (track_functions), so this sees the batch's own vocabulary at
+// work: an action name the batch no longer recognises would still decide
+// right, through notifyedge_process, and only this count would tell.
+func TestGroupPlainCellsTakeTheSetStatements(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	var db string
+	if err := b.db.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET track_functions = 'pl'"); err != nil {
+		t.Fatal(err)
+	}
+	url := b.url + "&application_name=plain-cells"
+	if !strings.Contains(b.url, "?") {
+		url = b.url + "?application_name=plain-cells"
+	}
+	s := newStore(t, url, durable.Config{GroupCommit: true, GroupBatches: 1, MaxConns: 24})
+	notes := payments(t, b, "PC-PAY-", 4)
+	for i := range 4 {
+		o := fmt.Sprintf("PC-CLOSE-%02d", i)
+		b.order(t, o, durable.PendingPay, 100, "CNY")
+		notes = append(notes, note("T"+o, durable.PayClosed, o, 100, "CNY"))
+	}
+	answers := oneBatch(t, b, s, "PC-SLOT", notes)
+	for range notes {
+		if a := <-answers; a.err != nil || a.r.Outcome != durable.Applied {
+			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+		}
+	}
+	st := s.GroupStats()
+	if st.Batches.Load() != 1 || st.Batched.Load() != uint64(len(notes)) {
+		t.Fatalf("%d batches of %d deliveries, want one of %d", st.Batches.Load(), st.Batched.Load(), len(notes))
+	}
+	alone := st.Alone.Load()
+	// A backend reports its function counts when it ends: close the
+	// store's sessions, wait for them to be gone, then read.
+	s.Close()
+	durabletest.WaitSessionsGone(t, b.db, "plain-cells%")
+	var calls int64
+	deadline := time.Now().Add(30 * time.Second)
+	for calls < int64(alone) && time.Now().Before(deadline) {
+		b.db.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+		if err := b.db.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+			WHERE funcname = 'notifyedge_process'`).Scan(&calls); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if calls != int64(alone) {
+		t.Fatalf("notifyedge_process ran %d times for %d deliveries decided alone: the batch's plain cells went through it", calls, alone)
+	}
 }

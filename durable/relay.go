@@ -45,9 +45,9 @@ const relayLockID = int64(0x6e6f74696679) // "notify"
 // published once the broker acknowledged them: at least once to the broker
 // (a crash between publish and mark re-sends; consumers dedup on the outbox
 // id). One relay is active at a time across nodes: the leader holds a
-// session advisory lock on a dedicated connection, the others block on it
-// and take over the moment the leader's session ends. RunRelay returns when
-// ctx ends.
+// session advisory lock on a dedicated connection; the others try it with
+// pg_try_advisory_lock every Poll and take over at the first try after the
+// leader's session ends. RunRelay returns when ctx ends.
 func (s *Store) RunRelay(ctx context.Context, cfg RelayConfig) error {
 	if cfg.Publisher == nil {
 		return errors.New("durable: relay without a Publisher")

@@ -249,10 +249,10 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM head),
 // then sleeps Interval. Orders, trade_refund rows, unpublished outbox rows,
 // open review rows and the claims they name are never deleted.
 //
-// A standby tries the lock with pg_try_advisory_lock and closes its
-// connection, rather than waiting in pg_advisory_lock as the relay's
-// standby does: a statement that waits holds its snapshot for as long as
-// it waits, and such a snapshot keeps vacuum from removing any row deleted
+// A standby tries the lock with pg_try_advisory_lock every Interval and
+// closes its connection in between (the relay's standby keeps its
+// connection and tries every Poll); neither waits in pg_advisory_lock: a
+// statement that waits holds its snapshot for as long as it waits, and such a snapshot keeps vacuum from removing any row deleted
 // after it began (the dead rows retention leaves would stay for good) and
 // makes CREATE INDEX CONCURRENTLY wait for it. Nothing depends on there
 // being only one leader: two would skip each other's rows.

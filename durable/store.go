@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,6 +121,7 @@ type Store struct {
 	group        *group        // nil: one transaction per delivery
 	pokes        chan struct{}
 	closing      chan struct{}
+	closeOnce    sync.Once
 	notifierDone chan struct{}
 }
 
@@ -249,11 +251,14 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close closes both pools, waiting for connections in use to be released.
+// A second call returns at once.
 func (s *Store) Close() {
-	close(s.closing)
-	<-s.notifierDone
-	s.pool.Close()
-	s.ops.Close()
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		<-s.notifierDone
+		s.pool.Close()
+		s.ops.Close()
+	})
 }
 
 // wrap adds the operation to err and keeps the cause testable: a context

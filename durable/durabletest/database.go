@@ -182,6 +182,31 @@ func WaitCancelled(t testing.TB, db *pgxpool.Pool) {
 	}
 }
 
+// WaitSessionsGone waits until no session of db's server whose
+// application_name matches like (SQL LIKE) remains: a closed pool's
+// backends end asynchronously, and what they report at exit (function
+// and table statistics) is there only once they have. It fails the test
+// with the count it last saw after a deadline generous enough for a
+// loaded machine.
+func WaitSessionsGone(t testing.TB, db *pgxpool.Pool, like string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var got int
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name LIKE $1`, like).Scan(&got); err != nil {
+			t.Fatalf("count sessions: %v", err)
+		}
+		if got == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions named like %q still there after 30 s", got, like)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // WaitLockWaiters waits until at least n sessions of db's database wait
 // for a lock while running a query that matches like (SQL LIKE; "%" for
 // any): a test's way to know a request reached the row another transaction
