@@ -191,9 +191,12 @@ func (a *Alipay) refused(orderNo string, bizErr *alipay.BizErr, raw []byte) (Ans
 	if err := a.verify(content, sign); err != nil {
 		return Answer{}, fmt.Errorf("alipay query %s: ACQ.TRADE_NOT_EXIST: %w", orderNo, err)
 	}
-	var e alipay.ErrorResponse
+	var e alipay.TradeQuery
 	if err := json.Unmarshal([]byte(content), &e); err != nil || e.Code != "40004" || e.SubCode != "ACQ.TRADE_NOT_EXIST" {
 		return Answer{}, fmt.Errorf("alipay query %s: the signed answer is not ACQ.TRADE_NOT_EXIST", orderNo)
+	}
+	if e.OutTradeNo != "" && e.OutTradeNo != orderNo {
+		return Answer{}, fmt.Errorf("alipay query %s: the answer is about another order", orderNo)
 	}
 	return Answer{State: NotFound, ChannelState: e.SubCode}, nil
 }
