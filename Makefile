@@ -151,10 +151,18 @@ lint:
 			echo "$$bin links package testing (a test helper reached a binary): see 'go list -deps $$bin'"; exit 1; \
 		fi; \
 	done; echo "binaries link no test code: ok"
+	@# The channels' SDKs are for the cold path only (edge/reconcile/query,
+	@# which edged links for reconciliation): the hot path links none.
+	@for p in ./edge ./edge/channel ./edge/admin ./claimcache ./durable; do \
+		deps=$$($(GO) list -deps $$p) || exit 1; \
+		if grep -E 'wechatpay-apiv3|go-pay/gopay|smartwalle/alipay|standard-webhooks' <<<"$$deps"; then \
+			echo "$$p links a channel SDK: only edge/reconcile/query may"; exit 1; \
+		fi; \
+	done; echo "the hot path links no channel SDK: ok"
 	@deps=$$($(GO) list -deps ./cmd/edged) || exit 1; \
-	if grep -E 'wechatpay-apiv3|go-pay/gopay|standard-webhooks' <<<"$$deps"; then \
-		echo "cmd/edged links a channel SDK: they are for the cross-check tests only"; exit 1; \
-	fi; echo "edged links no channel SDK: ok"
+	if grep -E 'standard-webhooks' <<<"$$deps"; then \
+		echo "cmd/edged links the Standard Webhooks SDK: it is for the cross-check tests only"; exit 1; \
+	fi
 	@# The forwarder reads the broker only: durable/outbox, not durable.
 	@deps=$$($(GO) list -deps ./cmd/forwarder) || exit 1; \
 	if grep -E '^github.com/jackc/pgx' <<<"$$deps" >/dev/null; then \

@@ -14,6 +14,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/reconcile"
 )
 
 // Config is edged's configuration: flags, falling back to environment
@@ -57,6 +58,14 @@ type Config struct {
 	ClaimRetention  time.Duration
 	OutboxRetention time.Duration
 	ReviewRetention time.Duration
+
+	// Reconcile asks the channels about orders still PENDING_PAY:
+	// ReconcileAfter past their registration, then on a back-off until
+	// ReconcileHorizon, at most ReconcileRate queries a second per channel.
+	Reconcile        bool
+	ReconcileAfter   time.Duration
+	ReconcileHorizon time.Duration
+	ReconcileRate    float64
 }
 
 // ChannelConfig is one channel from EDGE_SECRET_<NAME> (or
@@ -103,6 +112,10 @@ func ParseConfig(args, env []string) (Config, error) {
 	fs.StringVar(&reviewKeep, "review-retention", get("EDGE_REVIEW_RETENTION", "2160h"), "delete resolved review rows, which hold raw bodies, older than this (EDGE_REVIEW_RETENTION)")
 	fs.StringVar(&idle, "idle-timeout", get("EDGE_IDLE_TIMEOUT", "5s"), "close keep-alive connections idle this long (EDGE_IDLE_TIMEOUT)")
 	fs.StringVar(&perIP, "max-conns-per-ip", get("EDGE_MAX_CONNS_PER_IP", "256"), "connections one client address may hold open, 0 for no cap: set 0 behind a proxy (EDGE_MAX_CONNS_PER_IP)")
+	var reconcile, reconcileAfter, reconcileHorizon string
+	fs.StringVar(&reconcile, "reconcile", get("EDGE_RECONCILE", "true"), "ask the channels about orders still PENDING_PAY, where query credentials are set (EDGE_RECONCILE)")
+	fs.StringVar(&reconcileAfter, "reconcile-after", get("EDGE_RECONCILE_AFTER", "10m"), "first ask about a PENDING_PAY order this long after it was registered (EDGE_RECONCILE_AFTER)")
+	fs.StringVar(&reconcileHorizon, "reconcile-horizon", get("EDGE_RECONCILE_HORIZON", "72h"), "stop asking about an order this long after it was registered (EDGE_RECONCILE_HORIZON)")
 	fs.BoolVar(&c.Dev, "dev", false, "throwaway Postgres and in-process Redis unless DATABASE_URL/REDIS_URL are given")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -156,6 +169,22 @@ func ParseConfig(args, env []string) (Config, error) {
 	}
 	if c.ReviewRetention, err = positiveDuration("review-retention", reviewKeep); err != nil {
 		return Config{}, err
+	}
+	if c.Reconcile, err = strconv.ParseBool(reconcile); err != nil {
+		return Config{}, fmt.Errorf("reconcile: %q is not true or false", reconcile)
+	}
+	if c.ReconcileAfter, err = positiveDuration("reconcile-after", reconcileAfter); err != nil {
+		return Config{}, err
+	}
+	if c.ReconcileHorizon, err = positiveDuration("reconcile-horizon", reconcileHorizon); err != nil {
+		return Config{}, err
+	}
+	if c.ReconcileHorizon <= c.ReconcileAfter {
+		return Config{}, fmt.Errorf("-reconcile-horizon (%s) must be past -reconcile-after (%s)", c.ReconcileHorizon, c.ReconcileAfter)
+	}
+	rateText := get("EDGE_RECONCILE_RATE", "10")
+	if c.ReconcileRate, err = strconv.ParseFloat(rateText, 64); err != nil || !(c.ReconcileRate > 0) || c.ReconcileRate > 1000 {
+		return Config{}, fmt.Errorf("EDGE_RECONCILE_RATE: %q is not a rate of queries a second per channel (above 0, at most 1000)", rateText)
 	}
 	c.DatabaseURL = vars["DATABASE_URL"]
 	c.RedisURL = vars["REDIS_URL"]
@@ -260,57 +289,78 @@ func parseChannels(vars map[string]string) ([]ChannelConfig, error) {
 	return out, nil
 }
 
-// newChannel builds the adapter of a configured channel, and returns the
-// keys of it that came as certificates (their expiry is watched).
-func newChannel(cc ChannelConfig) (channel.Channel, []channel.PublicKey, error) {
+// builtChannel is one configured channel: its adapter, the keys of it that
+// came as certificates (their expiry is watched), and its query client for
+// reconciliation (nil without outbound credentials).
+type builtChannel struct {
+	ch      channel.Channel
+	certs   []channel.PublicKey
+	querier reconcile.Querier
+}
+
+// channelKeys are the keys a channel verifies with, which verify its
+// answers to queries too.
+type channelKeys struct {
+	wechat         map[string]*rsa.PublicKey
+	wechatNotAfter map[string]time.Time
+	alipay         []*rsa.PublicKey
+	alipayNotAfter []time.Time
+}
+
+// newChannel builds a configured channel.
+func newChannel(cc ChannelConfig) (builtChannel, error) {
 	env := func(k string) string { return "EDGE_CHANNEL_" + strings.ToUpper(cc.Name) + "_" + k }
+	var b builtChannel
+	var keys channelKeys
+	var err error
 	switch cc.Kind {
 	case "generic":
 		if len(cc.Vars) > 0 {
-			return nil, nil, fmt.Errorf("channel %s: a generic channel takes no EDGE_CHANNEL_%s_* variables", cc.Name, strings.ToUpper(cc.Name))
+			return b, fmt.Errorf("channel %s: a generic channel takes no EDGE_CHANNEL_%s_* variables", cc.Name, strings.ToUpper(cc.Name))
 		}
-		ch, err := channel.NewGeneric(channel.GenericConfig{Name: cc.Name, Secrets: cc.Secrets})
-		return ch, nil, err
+		b.ch, err = channel.NewGeneric(channel.GenericConfig{Name: cc.Name, Secrets: cc.Secrets})
+		return b, err
 	case "wechatpay":
 		if len(cc.Secrets) != 1 {
-			return nil, nil, fmt.Errorf("channel %s: %s is the one APIv3 key", cc.Name, cc.SecretVar)
+			return b, fmt.Errorf("channel %s: %s is the one APIv3 key", cc.Name, cc.SecretVar)
 		}
-		keys, err := platformKeys(cc, env)
+		pks, err := platformKeys(cc, env)
 		if err != nil {
-			return nil, nil, err
+			return b, err
 		}
-		byserial, notAfter := map[string]*rsa.PublicKey{}, map[string]time.Time{}
-		var certs []channel.PublicKey
-		for _, k := range keys {
-			byserial[k.Serial] = k.Key
+		keys.wechat, keys.wechatNotAfter = map[string]*rsa.PublicKey{}, map[string]time.Time{}
+		for _, k := range pks {
+			keys.wechat[k.Serial] = k.Key
 			if !k.NotAfter.IsZero() {
-				notAfter[k.Serial] = k.NotAfter
-				certs = append(certs, k)
+				keys.wechatNotAfter[k.Serial] = k.NotAfter
+				b.certs = append(b.certs, k)
 			}
 		}
-		ch, err := channel.NewWeChatPay(channel.WeChatPayConfig{Name: cc.Name, APIv3Key: cc.Secrets[0], PlatformKeys: byserial,
-			NotAfter: notAfter, MchID: cc.Vars["MCHID"], AppIDs: strings.Fields(cc.Vars["APPID"])})
-		return ch, certs, err
+		if b.ch, err = channel.NewWeChatPay(channel.WeChatPayConfig{Name: cc.Name, APIv3Key: cc.Secrets[0], PlatformKeys: keys.wechat,
+			NotAfter: keys.wechatNotAfter, MchID: cc.Vars["MCHID"], AppIDs: strings.Fields(cc.Vars["APPID"])}); err != nil {
+			return b, err
+		}
 	case "alipay":
-		keys, err := channel.ParsePublicKeyFile([]byte(cc.Secret))
+		pks, err := channel.ParsePublicKeyFile([]byte(cc.Secret))
 		if err != nil {
-			return nil, nil, fmt.Errorf("channel %s: %s: %w", cc.Name, cc.SecretVar, err)
+			return b, fmt.Errorf("channel %s: %s: %w", cc.Name, cc.SecretVar, err)
 		}
-		var pub []*rsa.PublicKey
-		var notAfter []time.Time
-		var certs []channel.PublicKey
-		for _, k := range keys {
-			pub, notAfter = append(pub, k.Key), append(notAfter, k.NotAfter)
+		for _, k := range pks {
+			keys.alipay, keys.alipayNotAfter = append(keys.alipay, k.Key), append(keys.alipayNotAfter, k.NotAfter)
 			if !k.NotAfter.IsZero() {
-				certs = append(certs, k)
+				b.certs = append(b.certs, k)
 			}
 		}
-		ch, err := channel.NewAlipay(channel.AlipayConfig{Name: cc.Name, PublicKeys: pub, NotAfter: notAfter,
-			AppIDs: strings.Fields(cc.Vars["APP_ID"]), SellerID: cc.Vars["SELLER_ID"]})
-		return ch, certs, err
+		if b.ch, err = channel.NewAlipay(channel.AlipayConfig{Name: cc.Name, PublicKeys: keys.alipay, NotAfter: keys.alipayNotAfter,
+			AppIDs: strings.Fields(cc.Vars["APP_ID"]), SellerID: cc.Vars["SELLER_ID"]}); err != nil {
+			return b, err
+		}
+	default:
+		return b, fmt.Errorf("channel %s: unknown kind %q (%s): generic, wechatpay or alipay",
+			cc.Name, cc.Kind, env("KIND"))
 	}
-	return nil, nil, fmt.Errorf("channel %s: unknown kind %q (%s): generic, wechatpay or alipay",
-		cc.Name, cc.Kind, env("KIND"))
+	b.querier, err = newQuerier(cc, keys)
+	return b, err
 }
 
 // platformKeys reads WeChat Pay's platform keys: EDGE_CHANNEL_<C>_PLATFORM_KEYS

@@ -27,6 +27,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		Budget: 200 * time.Millisecond, MaxBody: 64 << 10, ResultTTL: 24 * time.Hour, Drain: 10 * time.Second, Relay: true, GroupCommit: true,
 		IdleTimeout: 5 * time.Second, MaxConnsPerIP: 256, DrainDelay: 5 * time.Second, StartTimeout: time.Minute,
 		ClaimRetention: 168 * time.Hour, OutboxRetention: 168 * time.Hour, ReviewRetention: 2160 * time.Hour,
+		Reconcile: true, ReconcileAfter: 10 * time.Minute, ReconcileHorizon: 72 * time.Hour, ReconcileRate: 10,
 		Channels: []ChannelConfig{{Name: "acme", Kind: "generic", Secrets: []string{secret}, Secret: secret, SecretVar: "EDGE_SECRET_ACME"}}}
 	if d := cmp.Diff(want, c); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
@@ -73,7 +74,13 @@ func TestParseConfigErrors(t *testing.T) {
 	bad([]string{db, acme, "EDGE_CLAIM_RETENTION=a week"}, nil, "claim-retention")
 	bad([]string{db, acme}, []string{"-outbox-retention", "0s"}, "outbox-retention")
 	bad([]string{db, acme, "EDGE_REVIEW_RETENTION=-1h"}, nil, "review-retention")
-	if _, _, err := newChannel(ChannelConfig{Name: "acme", Kind: "telegraph", Secrets: []string{secret}}); err == nil ||
+	bad([]string{db, acme, "EDGE_RECONCILE=maybe"}, nil, "reconcile")
+	bad([]string{db, acme}, []string{"-reconcile-after", "0s"}, "reconcile-after")
+	bad([]string{db, acme}, []string{"-reconcile-after", "2h", "-reconcile-horizon", "1h"}, "-reconcile-horizon")
+	bad([]string{db, acme, "EDGE_RECONCILE_RATE=0"}, nil, "EDGE_RECONCILE_RATE")
+	bad([]string{db, acme, "EDGE_RECONCILE_RATE=fast"}, nil, "EDGE_RECONCILE_RATE")
+	bad([]string{db, acme, "EDGE_RECONCILE_RATE=1e6"}, nil, "EDGE_RECONCILE_RATE")
+	if _, err := newChannel(ChannelConfig{Name: "acme", Kind: "telegraph", Secrets: []string{secret}}); err == nil ||
 		!strings.Contains(err.Error(), "EDGE_CHANNEL_ACME_KIND") {
 		t.Errorf("unknown kind: %v", err)
 	}
@@ -134,10 +141,11 @@ func TestRealChannelKinds(t *testing.T) {
 	}
 	kinds := map[string]string{}
 	for _, cc := range c.Channels {
-		ch, _, err := newChannel(cc)
+		b, err := newChannel(cc)
 		if err != nil {
 			t.Fatalf("%s: %v", cc.Name, err)
 		}
+		ch := b.ch
 		if ch.Name() != cc.Name {
 			t.Errorf("name %s", ch.Name())
 		}
@@ -148,7 +156,7 @@ func TestRealChannelKinds(t *testing.T) {
 		t.Errorf("channels built: %v, want %v", kinds, want)
 	}
 	bad := ChannelConfig{Name: "wx", Kind: "wechatpay", Secrets: []string{wx.APIv3Key}, Vars: map[string]string{"PLATFORM_KEYS": "nokey"}}
-	if _, _, err := newChannel(bad); err == nil || !strings.Contains(err.Error(), "EDGE_CHANNEL_WX_PLATFORM_KEYS") {
+	if _, err := newChannel(bad); err == nil || !strings.Contains(err.Error(), "EDGE_CHANNEL_WX_PLATFORM_KEYS") {
 		t.Errorf("bad platform keys: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/reconcile"
 )
 
 // certWarnAhead is how long before a certificate's expiry edged warns at
@@ -50,21 +51,27 @@ func newCredentials(m *Main, reg prometheus.Registerer) (*credentials, error) {
 	return c, nil
 }
 
-// build makes every channel of ccs and watches their certificates.
-func (c *credentials) build(ccs []ChannelConfig) ([]channel.Channel, error) {
+// build makes every channel of ccs and watches their certificates; it
+// returns the channels and, by name, the query clients of those that have
+// outbound credentials.
+func (c *credentials) build(ccs []ChannelConfig) ([]channel.Channel, map[string]reconcile.Querier, error) {
 	chs := make([]channel.Channel, 0, len(ccs))
+	qs := map[string]reconcile.Querier{}
 	type cert struct {
 		channel string
 		k       channel.PublicKey
 	}
 	var certs []cert
 	for _, cc := range ccs {
-		ch, cs, err := newChannel(cc)
+		b, err := newChannel(cc)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		chs = append(chs, ch)
-		for _, k := range cs {
+		chs = append(chs, b.ch)
+		if b.querier != nil {
+			qs[cc.Name] = b.querier
+		}
+		for _, k := range b.certs {
 			certs = append(certs, cert{cc.Name, k})
 		}
 	}
@@ -78,7 +85,7 @@ func (c *credentials) build(ccs []ChannelConfig) ([]channel.Channel, error) {
 				"days_left", int(left.Hours()/24))
 		}
 	}
-	return chs, nil
+	return chs, qs, nil
 }
 
 // Reload reads the channel configuration again (variables as at start,
@@ -115,11 +122,15 @@ func (c *credentials) reload() error {
 		}
 		ccs = c.m.Config.Channels // -dev's own demo channel
 	}
-	chs, err := c.build(ccs)
+	chs, qs, err := c.build(ccs)
 	if err != nil {
 		return err
 	}
-	return c.m.server.SetChannels(chs)
+	if err := c.m.server.SetChannels(chs); err != nil {
+		return err
+	}
+	c.m.setQueriers(qs)
+	return nil
 }
 
 // onSIGHUP reloads on every SIGHUP until ctx ends.

@@ -31,11 +31,11 @@ func builds(t *testing.T, env ...string) map[string][]channel.PublicKey {
 	}
 	out := map[string][]channel.PublicKey{}
 	for _, cc := range c.Channels {
-		_, certs, err := newChannel(cc)
+		b, err := newChannel(cc)
 		if err != nil {
 			t.Fatalf("%s: %v", cc.Name, err)
 		}
-		out[cc.Name] = certs
+		out[cc.Name] = b.certs
 	}
 	return out
 }
@@ -132,7 +132,7 @@ func TestCredentialRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := ParseConfig(nil, append([]string{"DATABASE_URL=postgres://db/x"}, c.env...))
 			if err == nil {
-				_, _, err = newChannel(cfg.Channels[0])
+				_, err = newChannel(cfg.Channels[0])
 			}
 			if err == nil {
 				t.Fatal("accepted")
@@ -172,7 +172,7 @@ func TestCertificateExpiryWatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.build(cfg.Channels); err != nil {
+	if _, _, err := c.build(cfg.Channels); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), `"msg":"channel certificate expires soon: add its successor and reload"`) ||

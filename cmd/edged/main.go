@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
+	"github.com/notifyedge/notifyedge/edge/reconcile"
 )
 
 func main() {
@@ -100,6 +102,14 @@ type Main struct {
 
 	stopRetention context.CancelFunc // retention runs on every node
 	retentionDone chan struct{}
+
+	qmu              sync.Mutex // reconciler, reconcileMetrics, queriers
+	queriers         map[string]reconcile.Querier
+	reconciler       *reconcile.Reconciler
+	reconcileMetrics *reconcileMetrics
+	reconcileState   atomic.Value // "standby", "leader"
+	stopReconcile    context.CancelFunc
+	reconcileDone    chan struct{}
 }
 
 // Compile-time checks that the concrete parts satisfy edge's interfaces.
@@ -152,7 +162,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	channels, err := creds.build(cfg.Channels)
+	channels, queriers, err := creds.build(cfg.Channels)
 	if err != nil {
 		return err
 	}
@@ -221,7 +231,12 @@ func (m *Main) Run(ctx context.Context) error {
 	m.server.SetAuthority(store)
 	metrics.RegisterBacklog(store)
 	metrics.Registry.MustRegister(groupCollector{store: store})
-	if err := m.admin.Attach(admin.Deps{Orders: store, Redrive: m.server, Reviews: store, Postgres: store, CacheEpoch: store}); err != nil {
+	m.reconcileState.Store("off")
+	if err := m.startReconcile(metrics, queriers); err != nil {
+		return err
+	}
+	if err := m.admin.Attach(admin.Deps{Orders: store, Redrive: m.server, Reviews: store, Postgres: store, CacheEpoch: store,
+		Reconcile: adminReconciler{m.reconciler}}); err != nil {
 		return err
 	}
 	if m.cache != nil {
@@ -238,6 +253,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.startRetention(metrics); err != nil {
 		return err
 	}
+
 	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -363,6 +379,10 @@ func (m *Main) Close() error {
 	if m.stopRetention != nil {
 		m.stopRetention()
 		<-m.retentionDone
+	}
+	if m.stopReconcile != nil {
+		m.stopReconcile()
+		<-m.reconcileDone
 	}
 	if m.stopRelay != nil {
 		m.stopRelay()

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge"
@@ -56,6 +57,9 @@ var contractMetrics = []struct {
 	{name: "notifyedge_channel_cert_not_after_seconds"},
 	{name: "notifyedge_config_reloads_total"},
 	{name: "notifyedge_starting"},
+	{name: "notifyedge_reconcile_total"},
+	{name: "notifyedge_reconcile_due"},
+	{name: "notifyedge_reconcile_oldest_due_seconds"},
 	{name: "notifyedge_forward_total", forwarder: true},
 	{name: "notifyedge_forward_active", forwarder: true},
 	{name: "notifyedge_forward_lag_seconds", forwarder: true},
@@ -161,6 +165,12 @@ func TestAlertRulesMetricsExported(t *testing.T) {
 		t.Fatal(err)
 	}
 	creds.notAfter.WithLabelValues("wx", "5157F09EFDC096DE")
+	rm, err := newReconcileMetrics(m.Registry, opsBacklog{}, durable.ReconcileWindow{After: time.Minute, Horizon: time.Hour},
+		func() bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm.channels([]string{"wx"})
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +201,10 @@ func (opsBacklog) OpenReviews(context.Context) (map[durable.ReviewReason]int64, 
 
 func (opsBacklog) OutboxBacklog(context.Context) (durable.Backlog, error) {
 	return durable.Backlog{Exact: true}, nil
+}
+
+func (opsBacklog) ReconcileBacklog(context.Context, durable.ReconcileWindow) (int64, time.Duration, error) {
+	return 2, time.Minute, nil
 }
 
 // grafanaDashboard is the part of a Grafana dashboard the test reads.

@@ -72,6 +72,9 @@ type Deps struct {
 	Orders     OrderStore
 	Redrive    Redriver
 	CacheEpoch EpochBumper
+	// Reconcile serves POST /orders/{order_no}/reconcile (nil: 404, as
+	// with reconciliation off).
+	Reconcile Reconciler
 	// Reviews serves /review (required).
 	Reviews ReviewQueue
 	// Postgres is pinged by /readyz (required).
@@ -191,15 +194,17 @@ func (a *Server) handle(ctx *fasthttp.RequestCtx) {
 		case a.authorized(ctx):
 			a.reload(ctx)
 		}
-	case epOrder, epOrderEvents:
+	case epOrder, epOrderEvents, epOrderRecon:
 		switch {
-		case d != nil && d.Orders == nil:
+		case d != nil && (d.Orders == nil || r.ep == epOrderRecon && d.Reconcile == nil):
 			jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
 		case !a.authorized(ctx, a.cfg.OrdersToken):
 		case d == nil:
 			starting(ctx)
 		case r.ep == epOrder:
 			a.orders(ctx, d, r.orderNo)
+		case r.ep == epOrderRecon:
+			a.reconcile(ctx, d, r.orderNo)
 		default:
 			a.orderEvent(ctx, d, r.orderNo)
 		}

@@ -369,3 +369,54 @@ func (a *Server) unavailable(ctx *fasthttp.RequestCtx, op string, err error) {
 	a.log.Error(op, "error", err)
 	jsonError(ctx, http.StatusServiceUnavailable, "temporarily unavailable; retry")
 }
+
+// Reconciler asks the channels about one order now and decides a paid
+// answer (package reconcile, adapted by cmd/edged).
+type Reconciler interface {
+	// Reconcile returns the channel's answer mapped. Its errors:
+	// durable.ErrUnknownOrder, ErrNotAsked (the channel could not be
+	// asked, its answer failed verification, or no channel has query
+	// credentials: nothing applied).
+	Reconcile(ctx context.Context, orderNo string) (ReconcileAnswer, error)
+}
+
+// ErrNotAsked: the channel could not be asked, or its answer failed
+// verification; nothing was applied (502).
+var ErrNotAsked = errors.New("admin: the channel could not be asked")
+
+// ReconcileAnswer is POST /orders/{order_no}/reconcile's answer: which
+// channel answered, its answer (paid, pending, closed, not_found), the
+// decision's outcome for a paid answer (the state otherwise) and the
+// order's state after a decision ("" when none was made).
+type ReconcileAnswer struct {
+	Channel string `json:"channel"`
+	State   string `json:"state"`
+	Outcome string `json:"outcome"`
+	Status  string `json:"status,omitempty"`
+}
+
+// reconcileTimeout bounds POST /orders/{order_no}/reconcile: the channels'
+// answers (an SDK call each, within the channel's rate) and the decision.
+const reconcileTimeout = 20 * time.Second
+
+// reconcile serves POST /orders/{order_no}/reconcile. It takes no body.
+func (a *Server) reconcile(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
+	if !validID(orderNo) {
+		jsonError(ctx, http.StatusBadRequest, "order_no: must be 1 to 64 printable ASCII characters")
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), reconcileTimeout)
+	defer cancel()
+	ans, err := d.Reconcile.Reconcile(rctx, orderNo)
+	switch {
+	case errors.Is(err, durable.ErrUnknownOrder):
+		jsonError(ctx, http.StatusNotFound, "no such order")
+	case errors.Is(err, ErrNotAsked):
+		a.log.Warn("reconcile: not asked", "order_no", orderNo, "error", err.Error())
+		jsonError(ctx, http.StatusBadGateway, err.Error())
+	case err != nil:
+		a.unavailable(ctx, "reconcile", err)
+	default:
+		writeJSON(ctx, http.StatusOK, ans)
+	}
+}

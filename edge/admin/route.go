@@ -21,6 +21,7 @@ const (
 	epReviewRedrive // POST /review/{id}/redrive
 	epOrder         // PUT, PATCH, GET /orders/{order_no}
 	epOrderEvents   // POST /orders/{order_no}/events
+	epOrderRecon    // POST /orders/{order_no}/reconcile
 	epReload        // POST /reload
 	epCacheEpoch    // POST /cache/epoch
 )
@@ -74,12 +75,15 @@ func parseAdminRoute(method, rawPath []byte) adminRoute {
 			return adminRoute{}
 		}
 		r.ep, r.orderNo, want = epOrder, no, "GET, HEAD, PUT, PATCH"
-	case len(segs) == 3 && string(segs[0]) == "orders" && string(segs[2]) == "events":
+	case len(segs) == 3 && string(segs[0]) == "orders" && (string(segs[2]) == "events" || string(segs[2]) == "reconcile"):
 		no, ok := unescapeSegment(segs[1])
 		if !ok {
 			return adminRoute{}
 		}
 		r.ep, r.orderNo, want = epOrderEvents, no, http.MethodPost
+		if string(segs[2]) == "reconcile" {
+			r.ep = epOrderRecon
+		}
 	case len(segs) == 1 && string(segs[0]) == "reload":
 		r.ep, want = epReload, http.MethodPost
 	case len(segs) == 2 && string(segs[0]) == "cache" && string(segs[1]) == "epoch":

@@ -1,0 +1,422 @@
+// Package reconcile asks the payment channels about orders still
+// PENDING_PAY, in case every callback of their payment was lost, and
+// decides a paid answer exactly as the trade's callback would be decided:
+// the same adapter mapping, key, digest and reviews, through the same
+// authority, so that whichever of the two comes second is a replay.
+//
+// One node asks at a time (a session advisory lock), on a back-off from the
+// order's registration until a horizon, at most Rate queries a second per
+// channel, on the operator pool: never on the callbacks' connections or
+// budget. The channels are asked through their own SDKs (package query);
+// nothing here is on the hot path.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/reconcile/query"
+)
+
+// Store is what the reconciler reads and writes. *durable.Store satisfies
+// it.
+type Store interface {
+	DueOrders(ctx context.Context, w durable.ReconcileWindow, limit int) ([]durable.DueOrder, error)
+	ScheduleReconcile(ctx context.Context, orderNo string, w durable.ReconcileWindow, r durable.Reconciled) error
+	ReconcileTarget(ctx context.Context, orderNo string) (durable.DueOrder, durable.State, error)
+	Lead(ctx context.Context, lockID int64, name string, run func(context.Context) error) error
+}
+
+// Decider decides a delivery built from a paid answer through the channel's
+// adapter and an authority. *edge.Server satisfies it.
+type Decider interface {
+	DecideStored(ctx context.Context, a edge.Authority, channelName string, body []byte, review bool) (channel.Verdict, edge.Outcome, error)
+}
+
+// Querier asks one channel about one order. The channels' SDK clients of
+// package query satisfy it.
+type Querier interface {
+	Query(ctx context.Context, orderNo string) (query.Answer, error)
+}
+
+// The results of one query, as notifyedge_reconcile_total counts them.
+const (
+	ResultApplied  = "applied"   // paid, and the decision applied it: a lost callback
+	ResultSkipped  = "skipped"   // paid, and the decision applied nothing (the callback had, or a review opened)
+	ResultPending  = "pending"   // not paid yet
+	ResultClosed   = "closed"    // closed at the channel: not asked again
+	ResultNotFound = "not_found" // the channel does not know the order
+	ResultError    = "error"     // not asked, or the answer failed verification
+)
+
+// Results lists every result, for the metric's series.
+var Results = []string{ResultApplied, ResultSkipped, ResultPending, ResultClosed, ResultNotFound, ResultError}
+
+// DefaultBackoff is the wait after each answered query: about 10m, 30m,
+// 1h, 3h, 6h, then every 12h, until the horizon.
+var DefaultBackoff = []time.Duration{10 * time.Minute, 30 * time.Minute, time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour}
+
+// Config configures a Reconciler. Zero fields take the defaults noted.
+type Config struct {
+	Store   Store
+	Decider Decider
+	// Authority decides on the operator pool (durable.Store.ProcessOps
+	// behind edge.Authority): never the callbacks' pool or budget.
+	Authority edge.Authority
+	// Window: first asked After past registration, never Horizon past it.
+	Window durable.ReconcileWindow
+	// Rate is the most queries a second per channel (default 10).
+	Rate float64
+	// Backoff is the wait after each answered query (default
+	// DefaultBackoff; the last step repeats).
+	Backoff []time.Duration
+	// Poll is how often the leader looks for due orders when none were
+	// due, and a standby tries for leadership (default 1s).
+	Poll time.Duration
+	// Batch is how many due orders the leader reads at a time, Workers how
+	// many it asks about at once (defaults 64 and 8): the rate limit holds
+	// per channel whatever their number.
+	Batch, Workers int
+	// DecideTimeout bounds one decision (default 5s).
+	DecideTimeout time.Duration
+	// OnResult counts one query's result (notifyedge_reconcile_total).
+	OnResult func(channel, result string)
+	// OnState reports "leader" or "standby".
+	OnState func(string)
+	Logger  *slog.Logger
+}
+
+// Reconciler asks the channels about due orders. Its channel set is
+// swapped whole (SetQueriers) when the credentials are reloaded.
+type Reconciler struct {
+	cfg      Config
+	queriers atomic.Pointer[map[string]Querier]
+	mu       sync.Mutex
+	limiters map[string]*rate.Limiter
+}
+
+// New returns a Reconciler for cfg.
+func New(cfg Config) (*Reconciler, error) {
+	if cfg.Store == nil || cfg.Decider == nil || cfg.Authority == nil {
+		return nil, errors.New("reconcile: Store, Decider and Authority are required")
+	}
+	if cfg.Window.After <= 0 || cfg.Window.Horizon <= cfg.Window.After {
+		return nil, fmt.Errorf("reconcile: the horizon (%s) must be past the first query (%s)", cfg.Window.Horizon, cfg.Window.After)
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 10
+	}
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 64
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.DecideTimeout <= 0 {
+		cfg.DecideTimeout = 5 * time.Second
+	}
+	if cfg.OnResult == nil {
+		cfg.OnResult = func(string, string) {}
+	}
+	if cfg.OnState == nil {
+		cfg.OnState = func(string) {}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Reconciler{cfg: cfg, limiters: map[string]*rate.Limiter{}}
+	r.SetQueriers(nil)
+	return r, nil
+}
+
+// SetQueriers swaps in the channels that can be asked, by channel name.
+func (r *Reconciler) SetQueriers(qs map[string]Querier) {
+	m := make(map[string]Querier, len(qs))
+	for k, v := range qs {
+		m[k] = v
+	}
+	r.queriers.Store(&m)
+}
+
+// Asks reports whether some channel can be asked (has query credentials).
+func (r *Reconciler) Asks() bool { return len(*r.queriers.Load()) > 0 }
+
+// limiter returns the channel's rate limiter (one per channel name, kept
+// across reloads so that a reload never resets the rate).
+func (r *Reconciler) limiter(ch string) *rate.Limiter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, ok := r.limiters[ch]
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(r.cfg.Rate), 1)
+		r.limiters[ch] = l
+	}
+	return l
+}
+
+// Report is how asking about one order ended, as POST
+// /orders/{order_no}/reconcile answers it.
+type Report struct {
+	// Channel is the channel whose answer decided (or the last asked).
+	Channel string
+	// State is that channel's answer: paid, pending, closed, not_found.
+	State query.State
+	// Outcome is the decision of a paid answer (applied, skipped,
+	// replayed, amount_mismatch, ...) or, for the others, the state.
+	Outcome string
+	// Status is the order's state after (a paid answer's decision), or ""
+	// when nothing was decided.
+	Status string
+	// Result is what notifyedge_reconcile_total counted for that channel.
+	Result string
+}
+
+// ErrNoQuerier: no channel the order may be asked of has query
+// credentials.
+var ErrNoQuerier = errors.New("reconcile: no channel to ask has query credentials")
+
+// ErrNotAsked: every channel asked failed (could not be asked, or its
+// answer failed verification); nothing was applied.
+var ErrNotAsked = errors.New("reconcile: the channel could not be asked")
+
+// Ask asks about orderNo now, decides a paid answer and records the query
+// for the back-off; durable.ErrUnknownOrder when there is no such order.
+func (r *Reconciler) Ask(ctx context.Context, orderNo string) (Report, error) {
+	o, _, err := r.cfg.Store.ReconcileTarget(ctx, orderNo)
+	if err != nil {
+		return Report{}, err
+	}
+	return r.ask(ctx, o)
+}
+
+// targets lists the channels to ask about o, sorted by name.
+func (r *Reconciler) targets(o durable.DueOrder) []string {
+	qs := *r.queriers.Load()
+	if o.Channel != "" {
+		if _, ok := qs[o.Channel]; ok {
+			return []string{o.Channel}
+		}
+		return nil
+	}
+	names := make([]string, 0, len(qs))
+	for n := range qs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// rank orders the answers when several channels were asked: a payment
+// decides, then a pending order (ask again), then the rest.
+var rank = map[query.State]int{query.Paid: 4, query.Pending: 3, query.NotFound: 2, query.Closed: 1}
+
+// ask asks every channel the order may be paid through, decides paid
+// answers, and schedules the next query.
+func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder) (Report, error) {
+	chans := r.targets(o)
+	if len(chans) == 0 {
+		// Nothing can ask it (a channel without a query API, or no
+		// credentials): not asked again until the order is registered
+		// again; a reload that adds credentials covers new orders.
+		err := r.cfg.Store.ScheduleReconcile(ctx, o.OrderNo, r.cfg.Window, durable.Reconciled{Never: true})
+		return Report{}, errors.Join(fmt.Errorf("order %s: %w", o.OrderNo, ErrNoQuerier), err)
+	}
+	var best Report
+	var errs []error
+	answered := false
+	for _, ch := range chans {
+		rep, err := r.askOne(ctx, ch, o.OrderNo)
+		if err != nil {
+			errs = append(errs, err)
+			if !answered {
+				best.Channel = ch
+			}
+			continue
+		}
+		if !answered || rank[rep.State] > rank[best.State] {
+			best = rep
+		}
+		answered = true
+	}
+	next := durable.Reconciled{Answered: answered}
+	switch {
+	case !answered:
+		// Asked again soon: After, doubling, never later than the next
+		// step of the back-off.
+		next.Next = min(r.cfg.Window.After<<min(o.Errors, 20), r.step(o.Step))
+	case best.State == query.Paid || best.State == query.Closed:
+		next.Never = true // decided, or closed at the channel: nothing more to learn
+	default:
+		next.Next = r.step(o.Step)
+	}
+	if ctx.Err() == nil {
+		if err := r.cfg.Store.ScheduleReconcile(ctx, o.OrderNo, r.cfg.Window, next); err != nil {
+			errs = append(errs, err)
+			if answered {
+				return best, err
+			}
+		}
+	}
+	if !answered {
+		return best, fmt.Errorf("order %s: %w: %w", o.OrderNo, ErrNotAsked, errors.Join(errs...))
+	}
+	return best, nil
+}
+
+// step is the wait after the answered query number step+1.
+func (r *Reconciler) step(step int) time.Duration {
+	return r.cfg.Backoff[min(step, len(r.cfg.Backoff)-1)]
+}
+
+// askOne asks channel ch about orderNo, within its rate, and decides a
+// paid answer.
+func (r *Reconciler) askOne(ctx context.Context, ch, orderNo string) (Report, error) {
+	q, ok := (*r.queriers.Load())[ch]
+	if !ok {
+		return Report{}, fmt.Errorf("channel %s: %w", ch, ErrNoQuerier)
+	}
+	if err := r.limiter(ch).Wait(ctx); err != nil {
+		return Report{}, fmt.Errorf("channel %s: %w", ch, err)
+	}
+	ans, err := q.Query(ctx, orderNo)
+	if err != nil {
+		r.cfg.OnResult(ch, ResultError)
+		r.cfg.Logger.Warn("reconcile: query failed, nothing applied", "channel", ch, "order_no", orderNo,
+			"unverified", errors.Is(err, query.ErrUnverified), "error", err.Error())
+		return Report{}, fmt.Errorf("channel %s: %w", ch, err)
+	}
+	rep := Report{Channel: ch, State: ans.State, Outcome: string(ans.State)}
+	switch ans.State {
+	case query.Pending:
+		rep.Result = ResultPending
+	case query.Closed:
+		rep.Result = ResultClosed
+	case query.NotFound:
+		rep.Result = ResultNotFound
+	case query.Paid:
+		dctx, cancel := context.WithTimeout(ctx, r.cfg.DecideTimeout)
+		v, o, err := r.cfg.Decider.DecideStored(dctx, r.cfg.Authority, ch, ans.Body, true)
+		cancel()
+		if err != nil {
+			r.cfg.OnResult(ch, ResultError)
+			r.cfg.Logger.Warn("reconcile: the channel says paid, the decision failed: asked again", "channel", ch, "order_no", orderNo, "error", err.Error())
+			return Report{}, fmt.Errorf("channel %s: decide: %w", ch, err)
+		}
+		rep.Outcome, rep.Status, rep.Result = outcomeName(o), v.Status, ResultSkipped
+		if o == edge.OutcomeApplied {
+			rep.Result = ResultApplied
+			r.cfg.Logger.Warn("reconcile: payment applied from the channel's answer: its callbacks were lost",
+				"channel", ch, "order_no", orderNo, "status", v.Status)
+		} else if !v.Success {
+			r.cfg.Logger.Warn("reconcile: the channel says paid; the decision holds it for review", "channel", ch,
+				"order_no", orderNo, "outcome", rep.Outcome)
+		}
+	default:
+		r.cfg.OnResult(ch, ResultError)
+		return Report{}, fmt.Errorf("channel %s: answer state %q", ch, ans.State)
+	}
+	r.cfg.OnResult(ch, rep.Result)
+	return rep, nil
+}
+
+// outcomeName names a decision's outcome for the API (a replay from
+// Postgres is "replayed").
+func outcomeName(o edge.Outcome) string {
+	if o == edge.OutcomeReplayedDB {
+		return "replayed"
+	}
+	return o.String()
+}
+
+// Run asks about due orders while this node holds the reconciler's lock,
+// and tries for it every Poll while another node does, until ctx ends.
+// It does nothing while no channel has query credentials.
+func (r *Reconciler) Run(ctx context.Context) {
+	r.cfg.OnState("standby")
+	for ctx.Err() == nil {
+		if !r.Asks() {
+			sleep(ctx, r.cfg.Poll)
+			continue
+		}
+		err := r.cfg.Store.Lead(ctx, durable.ReconcileLockID, "reconcile", r.lead)
+		r.cfg.OnState("standby")
+		if err != nil && !errors.Is(err, durable.ErrNotLeader) && ctx.Err() == nil {
+			r.cfg.Logger.Warn("reconcile", "error", err.Error())
+		}
+		sleep(ctx, r.cfg.Poll)
+	}
+}
+
+// lead asks about due orders, a batch at a time, until ctx ends or a
+// read fails.
+func (r *Reconciler) lead(ctx context.Context) error {
+	r.cfg.OnState("leader")
+	for ctx.Err() == nil {
+		if !r.Asks() {
+			return nil
+		}
+		due, err := r.cfg.Store.DueOrders(ctx, r.cfg.Window, r.cfg.Batch)
+		if err != nil {
+			return err
+		}
+		if len(due) == 0 {
+			sleep(ctx, r.cfg.Poll)
+			continue
+		}
+		r.askAll(ctx, due)
+	}
+	return nil
+}
+
+// askAll asks about every order of due with Workers at once; errors were
+// counted and logged by ask.
+func (r *Reconciler) askAll(ctx context.Context, due []durable.DueOrder) {
+	work := make(chan durable.DueOrder)
+	var wg sync.WaitGroup
+	for range min(r.cfg.Workers, len(due)) {
+		wg.Go(func() {
+			for o := range work {
+				if _, err := r.ask(ctx, o); err != nil && errors.Is(err, ErrNoQuerier) {
+					r.cfg.Logger.Debug("reconcile: no channel to ask", "order_no", o.OrderNo, "channel", o.Channel)
+				}
+			}
+		})
+	}
+	for _, o := range due {
+		select {
+		case work <- o:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(work)
+	wg.Wait()
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,330 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/reconcile"
+	"github.com/notifyedge/notifyedge/edge/reconcile/query"
+)
+
+func TestMain(m *testing.M) { durabletest.Main(m) }
+
+// answers is a channel that answers from a table, and counts the queries.
+type answers struct {
+	mu    sync.Mutex
+	state map[string]query.State
+	fail  error
+	asked map[string]int
+}
+
+func newAnswers() *answers {
+	return &answers{state: map[string]query.State{}, asked: map[string]int{}}
+}
+
+func (a *answers) set(no string, s query.State) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.state[no] = s
+}
+
+func (a *answers) failWith(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fail = err
+}
+
+func (a *answers) times(no string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.asked[no]
+}
+
+func (a *answers) Query(_ context.Context, no string) (query.Answer, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked[no]++
+	if a.fail != nil {
+		return query.Answer{}, a.fail
+	}
+	s, ok := a.state[no]
+	if !ok {
+		s = query.NotFound
+	}
+	return query.Answer{State: s, Body: []byte(no)}, nil
+}
+
+// decisions stands in for the adapter and the decision: it records what
+// it was asked to decide and answers applied the first time, replayed after.
+type decisions struct {
+	mu  sync.Mutex
+	got map[string]int
+}
+
+func (d *decisions) DecideStored(_ context.Context, _ edge.Authority, ch string, body []byte, _ bool) (channel.Verdict, edge.Outcome, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.got == nil {
+		d.got = map[string]int{}
+	}
+	d.got[ch+" "+string(body)]++
+	if d.got[ch+" "+string(body)] > 1 {
+		return channel.Verdict{Success: true, Status: "PAID"}, edge.OutcomeReplayedDB, nil
+	}
+	return channel.Verdict{Success: true, Status: "PAID"}, edge.OutcomeApplied, nil
+}
+
+func (d *decisions) count(key string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.got[key]
+}
+
+// noAuthority is never called: decisions does not decide.
+type noAuthority struct{ edge.Authority }
+
+type rig struct {
+	store *durable.Store
+	db    *pgxpool.Pool
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	url := durabletest.NewDatabase(t)
+	ctx := context.Background()
+	s, err := durable.New(ctx, durable.Config{URL: url, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return &rig{store: s, db: db}
+}
+
+// order registers a PENDING_PAY order paid through ch ("" for any).
+func (r *rig) order(t *testing.T, no, ch string) {
+	t.Helper()
+	if _, err := r.store.PutOrder(context.Background(), no, 100, "CNY", ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next reads the order's schedule: seconds until the next query (-1 for
+// never), the answered queries and the errors since.
+func (r *rig) next(t *testing.T, no string) (in float64, step, errs int) {
+	t.Helper()
+	if err := r.db.QueryRow(context.Background(), `SELECT
+		CASE WHEN reconcile_at = 'infinity' THEN -1 ELSE EXTRACT(EPOCH FROM reconcile_at - now())::float8 END,
+		reconcile_step, reconcile_errors FROM biz_order WHERE order_no = $1`, no).Scan(&in, &step, &errs); err != nil {
+		t.Fatal(err)
+	}
+	return in, step, errs
+}
+
+func near(got, want float64) bool { return got > want-60 && got <= want+1 }
+
+// Ask schedules by the answer: a pending or unknown order is asked again on
+// the back-off, a paid or closed one never, an error soon (After,
+// doubling, never past the next step); an order of a channel that cannot be
+// asked is not scheduled again.
+func TestAskSchedules(t *testing.T) {
+	r := newRig(t)
+	wx, ali := newAnswers(), newAnswers()
+	d := &decisions{}
+	counted := map[string]int{}
+	var mu sync.Mutex
+	rc, err := reconcile.New(reconcile.Config{Store: r.store, Decider: d, Authority: noAuthority{},
+		Window:  durable.ReconcileWindow{After: time.Minute, Horizon: 3 * time.Hour},
+		Backoff: []time.Duration{10 * time.Minute, time.Hour, 4 * time.Hour}, Rate: 1000,
+		OnResult: func(ch, res string) { mu.Lock(); counted[ch+"/"+res]++; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.SetQueriers(map[string]reconcile.Querier{"wx": wx, "ali": ali})
+	ctx := context.Background()
+	ask := func(no string) (reconcile.Report, error) {
+		t.Helper()
+		return rc.Ask(ctx, no)
+	}
+
+	r.order(t, "PENDING", "wx")
+	wx.set("PENDING", query.Pending)
+	for i, want := range []float64{600, 3600, -1} { // the third step would pass the horizon
+		rep, err := ask("PENDING")
+		if err != nil || rep.State != query.Pending || rep.Result != reconcile.ResultPending || rep.Status != "" {
+			t.Fatalf("ask %d: %+v %v", i, rep, err)
+		}
+		if in, step, errs := r.next(t, "PENDING"); !(near(in, want) || want == -1 && in == -1) || step != i+1 || errs != 0 {
+			t.Fatalf("after answer %d: next in %.0fs, step %d, errors %d; want %.0fs", i+1, in, step, errs, want)
+		}
+	}
+	if ali.times("PENDING") != 0 {
+		t.Error("an order of wx was asked of ali")
+	}
+
+	r.order(t, "FLAKY", "wx")
+	wx.set("FLAKY", query.Pending)
+	wx.failWith(fmt.Errorf("%w: bad signature", query.ErrUnverified))
+	for i, want := range []float64{60, 120, 240, 480, 600, 600} {
+		if _, err := ask("FLAKY"); !errors.Is(err, reconcile.ErrNotAsked) {
+			t.Fatalf("failure %d: %v, want ErrNotAsked", i, err)
+		}
+		if in, step, errs := r.next(t, "FLAKY"); !near(in, want) || step != 0 || errs != i+1 {
+			t.Fatalf("after failure %d: next in %.0fs, step %d, errors %d; want %.0fs", i+1, in, step, errs, want)
+		}
+	}
+	wx.failWith(nil)
+	if _, err := ask("FLAKY"); err != nil {
+		t.Fatal(err)
+	}
+	if in, step, errs := r.next(t, "FLAKY"); !near(in, 600) || step != 1 || errs != 0 {
+		t.Fatalf("answered after failures: next in %.0fs, step %d, errors %d", in, step, errs)
+	}
+
+	r.order(t, "CLOSED", "ali")
+	ali.set("CLOSED", query.Closed)
+	if rep, err := ask("CLOSED"); err != nil || rep.Result != reconcile.ResultClosed || rep.Channel != "ali" {
+		t.Fatalf("closed: %+v %v", rep, err)
+	}
+	if in, _, _ := r.next(t, "CLOSED"); in != -1 {
+		t.Errorf("closed at the channel: asked again in %.0fs", in)
+	}
+
+	r.order(t, "GONE", "ali")
+	if rep, err := ask("GONE"); err != nil || rep.Result != reconcile.ResultNotFound {
+		t.Fatalf("not found: %+v %v", rep, err)
+	}
+	if in, _, _ := r.next(t, "GONE"); !near(in, 600) {
+		t.Errorf("not found: asked again in %.0fs, want the back-off", in)
+	}
+
+	// No channel named: both asked; the payment decides.
+	r.order(t, "ANY", "")
+	wx.set("ANY", query.Pending)
+	ali.set("ANY", query.Paid)
+	rep, err := ask("ANY")
+	if err != nil || rep.Channel != "ali" || rep.State != query.Paid || rep.Outcome != "applied" || rep.Status != "PAID" ||
+		rep.Result != reconcile.ResultApplied {
+		t.Fatalf("any channel: %+v %v", rep, err)
+	}
+	if wx.times("ANY") != 1 || ali.times("ANY") != 1 || d.count("ali ANY") != 1 || d.count("wx ANY") != 0 {
+		t.Errorf("asked wx %d, ali %d; decided ali %d, wx %d", wx.times("ANY"), ali.times("ANY"), d.count("ali ANY"), d.count("wx ANY"))
+	}
+	if in, _, _ := r.next(t, "ANY"); in != -1 {
+		t.Errorf("paid: asked again in %.0fs", in)
+	}
+	// Asked again by hand: the decision replays.
+	if rep, err := ask("ANY"); err != nil || rep.Outcome != "replayed" || rep.Result != reconcile.ResultSkipped {
+		t.Fatalf("asked again: %+v %v", rep, err)
+	}
+
+	r.order(t, "ACME", "acme")
+	if _, err := ask("ACME"); !errors.Is(err, reconcile.ErrNoQuerier) {
+		t.Fatalf("a channel without query credentials: %v", err)
+	}
+	if in, _, _ := r.next(t, "ACME"); in != -1 {
+		t.Errorf("a channel without query credentials: asked again in %.0fs", in)
+	}
+	if _, err := ask("NOBODY"); !errors.Is(err, durable.ErrUnknownOrder) {
+		t.Fatalf("unknown order: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if counted["wx/error"] != 6 || counted["ali/applied"] != 1 || counted["ali/skipped"] != 1 || counted["ali/closed"] != 1 {
+		t.Errorf("counted %v", counted)
+	}
+}
+
+// Two reconcilers on one database: one leads, every due order is asked
+// once (the next query is on the back-off, far away), and the standby takes
+// over when the leader stops.
+func TestRunOneLeaderAsksEachDueOrderOnce(t *testing.T) {
+	r := newRig(t)
+	const n = 30
+	for i := range n {
+		r.order(t, fmt.Sprintf("DUE-%02d", i), "wx")
+	}
+	// Due at once: registered a minute ago.
+	if _, err := r.db.Exec(context.Background(), `UPDATE biz_order SET updated_at = now() - interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	wx := newAnswers()
+	var mu sync.Mutex
+	leaders := map[int]int{}
+	start := func(id int) (*reconcile.Reconciler, context.CancelFunc, chan struct{}) {
+		rc, err := reconcile.New(reconcile.Config{Store: r.store, Decider: &decisions{}, Authority: noAuthority{},
+			Window: durable.ReconcileWindow{After: time.Second, Horizon: time.Hour}, Rate: 1000, Poll: 20 * time.Millisecond,
+			OnState: func(st string) {
+				if st == "leader" {
+					mu.Lock()
+					leaders[id]++
+					mu.Unlock()
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.SetQueriers(map[string]reconcile.Querier{"wx": wx})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); rc.Run(ctx) }()
+		return rc, cancel, done
+	}
+	stops := map[int]func(){}
+	for id := 1; id <= 2; id++ {
+		_, stop, done := start(id)
+		stops[id] = func() { stop(); <-done }
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	claimcachetest.WaitFor(t, "every due order asked", func() (bool, string) {
+		asked := 0
+		for i := range n {
+			if wx.times(fmt.Sprintf("DUE-%02d", i)) > 0 {
+				asked++
+			}
+		}
+		return asked == n, fmt.Sprintf("%d of %d asked", asked, n)
+	})
+	for i := range n {
+		if got := wx.times(fmt.Sprintf("DUE-%02d", i)); got != 1 {
+			t.Errorf("DUE-%02d asked %d times", i, got)
+		}
+	}
+	mu.Lock()
+	var leader int
+	for id := range leaders {
+		leader = id
+	}
+	first := len(leaders)
+	mu.Unlock()
+	if first != 1 {
+		t.Fatalf("leaders %v, want one", leaders)
+	}
+	// The leader stops; the other takes over.
+	stops[leader]()
+	delete(stops, leader)
+	claimcachetest.WaitFor(t, "the standby leads", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(leaders) == 2, fmt.Sprint(leaders)
+	})
+}
