@@ -212,6 +212,28 @@ func TestReviewsBigintPages(t *testing.T) {
 	if _, err := b.store.Reviews(ctx, durable.ReviewQuery{State: "closed"}); !errors.Is(err, durable.ErrInvalid) {
 		t.Errorf("state closed: %v, want ErrInvalid", err)
 	}
+
+	// A reason filter keeps that reason's rows, on every page.
+	if err := b.store.RecordReview(ctx, note("T-amt", durable.PaySuccess, "O-amt", 100, "CNY"), durable.ReviewAmountMismatch); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		q    durable.ReviewQuery
+		want []int64
+	}{
+		{durable.ReviewQuery{State: durable.ReviewAll, Reason: durable.ReviewAmountMismatch}, []int64{two31 + 2}},
+		{durable.ReviewQuery{State: durable.ReviewAll, Reason: durable.ReviewMerchantMismatch}, all},
+		{durable.ReviewQuery{State: durable.ReviewAll, Reason: durable.ReviewMerchantMismatch, AfterID: two31 + 2, Limit: 2}, all[:2]},
+		{durable.ReviewQuery{Reason: durable.ReviewMerchantMismatch}, []int64{two31 + 1, two31 - 1, 2, 1}},
+		{durable.ReviewQuery{State: durable.ReviewResolved, Reason: durable.ReviewAmountMismatch}, []int64{}},
+	} {
+		if got := ids(c.q); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Reviews(%+v) ids %v, want %v", c.q, got, c.want)
+		}
+	}
+	if _, err := b.store.Reviews(ctx, durable.ReviewQuery{Reason: "LOST"}); !errors.Is(err, durable.ErrInvalid) {
+		t.Errorf("reason LOST: %v, want ErrInvalid", err)
+	}
 }
 
 // Scrapes and review calls run on the operator pool: with every callback

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,6 +50,8 @@ type ReviewQuery struct {
 	// AfterID, when > 0, returns rows with a smaller id (the next page);
 	// 0 or less returns the first page. Any int64 is valid: ids are BIGINT.
 	AfterID int64
+	// Reason, when set, keeps rows of that reason only.
+	Reason ReviewReason
 }
 
 const reviewColumns = `id, biz_key, order_no, reason, payload_hash, raw_body,
@@ -68,7 +71,7 @@ var sqlReviews = map[ReviewState]string{
 
 func sqlReviewPage(filter string) string {
 	return `SELECT ` + reviewColumns + ` FROM notify_review
-WHERE ` + filter + `id < $1::bigint
+WHERE ` + filter + `id < $1::bigint AND ($3::text = '' OR reason = $3::text)
 ORDER BY id DESC LIMIT $2::bigint`
 }
 
@@ -90,7 +93,10 @@ func (s *Store) Reviews(ctx context.Context, q ReviewQuery) ([]Review, error) {
 	if before <= 0 {
 		before = math.MaxInt64 // the first page: every id is smaller
 	}
-	rows, err := s.ops.Query(ctx, sql, before, int64(q.Limit))
+	if q.Reason != "" && !slices.Contains(ReviewReasons, q.Reason) {
+		return nil, fmt.Errorf("%w: review reason %q", ErrInvalid, q.Reason)
+	}
+	rows, err := s.ops.Query(ctx, sql, before, int64(q.Limit), string(q.Reason))
 	if err != nil {
 		return nil, wrap(ctx, "list reviews", err)
 	}
