@@ -10,7 +10,7 @@ help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk -F': ' '{ printf "  %-10s %s\n", $$1, $$2 }'
 
 ## deps: install what the tests need (PostgreSQL, redis-server, curl, promtool) when missing
-deps: deps-postgres deps-redis deps-curl deps-promtool
+deps: deps-postgres deps-redis deps-curl deps-promtool deps-chromium
 
 # redis-server for the cache's integration tests. Debian's package would
 # start a system server on 6379; policy-rc.d stops that during the install
@@ -25,14 +25,23 @@ deps-redis:
 		[ $$rc = 0 ] || { echo "could not install redis-server: run 'sudo apt-get install redis-server'"; exit 1; }; \
 	else echo "missing redis-server: run 'sudo apt-get install redis-server'"; exit 1; fi
 
+# apt-install names a command and its Debian package: nothing when the
+# command is there; else, as root with apt-get, the package is installed;
+# else the command to run is printed and the target fails.
+apt-install = command -v $(1) >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing $(2) (apt-get install $(2))"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null || \
+		{ echo "could not install $(2): run 'sudo apt-get install $(2)'"; exit 1; }; \
+	else echo "missing $(1): run 'sudo apt-get install $(2)'"; exit 1; fi
+
 # curl runs the command edged -dev prints, in the dev-mode test.
 deps-curl:
-	@command -v curl >/dev/null 2>&1 && exit 0; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing curl (apt-get install curl)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null || \
-		{ echo "could not install curl: run 'sudo apt-get install curl'"; exit 1; }; \
-	else echo "missing curl: run 'sudo apt-get install curl'"; exit 1; fi
+	@$(call apt-install,curl,curl)
+
+# chromium runs the console's browser tests (headless, driven by chromedp).
+deps-chromium:
+	@$(call apt-install,chromium,chromium)
 
 # promtool checks and unit-tests the alert rules in cmd/edged/ops. Debian
 # ships it in the prometheus package, whose install would start a Prometheus
@@ -169,4 +178,4 @@ lint:
 		echo "cmd/forwarder links a Postgres client: see 'go list -deps ./cmd/forwarder'"; exit 1; \
 	fi; echo "forwarder links no Postgres client: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-haproxy run build test demo bench-go bench-scale fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale fuzz test-race bench lint

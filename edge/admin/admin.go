@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/admin/console"
 )
 
 // ReviewQueue is the review queue the admin endpoints serve.
@@ -168,6 +170,10 @@ func (a *Server) handle(ctx *fasthttp.RequestCtx) {
 			jsonError(ctx, http.StatusInternalServerError, "internal error")
 		}
 	}()
+	if console.Owns(ctx.Path()) {
+		console.Serve(ctx)
+		return
+	}
 	r := parseAdminRoute(ctx.Method(), ctx.Request.URI().PathOriginal())
 	if r.ep == epNone {
 		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
@@ -327,6 +333,13 @@ func (a *Server) listReviews(ctx *fasthttp.RequestCtx, d *Deps) {
 	default:
 		jsonError(ctx, http.StatusBadRequest, "state: must be open, resolved or all")
 		return
+	}
+	if v := args.Peek("reason"); len(v) > 0 {
+		q.Reason = durable.ReviewReason(v)
+		if !slices.Contains(durable.ReviewReasons, q.Reason) {
+			jsonError(ctx, http.StatusBadRequest, "reason: not a review reason")
+			return
+		}
 	}
 	var err error
 	if v := args.Peek("limit"); len(v) > 0 {

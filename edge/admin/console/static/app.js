@@ -1,0 +1,381 @@
+// notifyedge console. Every value from the server is put in the page as
+// text (textContent, createTextNode): never as markup. The token lives in
+// this tab's sessionStorage and goes in the Authorization header of each
+// API call; no cookie carries it.
+'use strict';
+
+const tokenKey = 'notifyedge.token';
+const roleKey = 'notifyedge.role';
+const reasons = ['PAYLOAD_CONFLICT', 'AMOUNT_MISMATCH', 'MERCHANT_MISMATCH', 'UNKNOWN_ORDER', 'PAID_AFTER_CLOSE',
+  'DUPLICATE_PAYMENT', 'REFUND_EXCEEDS', 'REFUND_OTHER_TRADE', 'REFUND_FAILED'];
+
+// el builds an element: attrs are set as attributes or listeners, children
+// are nodes or strings (text nodes); nothing is ever parsed as markup.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = v;
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children) {
+    if (c === undefined || c === null || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function main() { return document.getElementById('main'); }
+
+function show(...nodes) { main().replaceChildren(...nodes); }
+
+function token() { return sessionStorage.getItem(tokenKey) || ''; }
+function role() { return sessionStorage.getItem(roleKey) || ''; }
+
+// api calls the admin API with the token; it resolves to {status, body}
+// (body parsed as JSON when it is JSON, else text).
+async function api(method, path, body) {
+  const init = { method, headers: { Authorization: 'Bearer ' + token() }, credentials: 'omit', cache: 'no-store' };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
+  const text = await resp.text();
+  let parsed = text;
+  if ((resp.headers.get('Content-Type') || '').includes('json')) {
+    try { parsed = JSON.parse(text); } catch (e) { /* shown as text */ }
+  }
+  if (resp.status === 401 && token()) {
+    signOut('The token was refused: sign in again.');
+    throw new Error('unauthorized');
+  }
+  return { status: resp.status, body: parsed };
+}
+
+function message(body) {
+  if (body && typeof body === 'object') return body.message || JSON.stringify(body);
+  return String(body);
+}
+
+function when(t) {
+  if (!t) return '';
+  const d = new Date(t);
+  return isNaN(d) ? String(t) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+}
+
+// pretty shows a stored callback body readably: JSON indented, a form
+// one field a line; always as text.
+function pretty(raw) {
+  const s = String(raw || '');
+  try { return JSON.stringify(JSON.parse(s), null, 2); } catch (e) { /* not JSON */ }
+  if (/^[^=&\s]+=[^&]*(&[^=&\s]+=[^&]*)*$/.test(s.trim())) {
+    try {
+      return Array.from(new URLSearchParams(s.trim())).map(([k, v]) => k + ' = ' + v).join('\n');
+    } catch (e) { /* shown raw */ }
+  }
+  return s;
+}
+
+function requestID() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(b, x => x.toString(16).padStart(2, '0')).join('');
+}
+
+// ---- sign-in -------------------------------------------------------------
+
+function signOut(why) {
+  sessionStorage.removeItem(tokenKey);
+  sessionStorage.removeItem(roleKey);
+  location.hash = '#/signin';
+  renderSignIn(why);
+}
+
+function renderSignIn(why) {
+  document.getElementById('nav').hidden = true;
+  const input = el('input', { type: 'password', id: 'token', autocomplete: 'off', placeholder: 'admin or orders token', required: true });
+  const err = el('p', { class: 'error', id: 'signin-error' }, why || '');
+  const form = el('form', { id: 'signin', onsubmit: async ev => {
+    ev.preventDefault();
+    sessionStorage.setItem(tokenKey, input.value.trim());
+    const r = await probeRole();
+    if (!r) {
+      sessionStorage.removeItem(tokenKey);
+      err.textContent = 'This token opens nothing here.';
+      return;
+    }
+    sessionStorage.setItem(roleKey, r);
+    location.hash = r === 'admin' ? '#/reviews' : '#/order';
+    route();
+  } }, input, el('button', { type: 'submit', id: 'signin-button' }, 'Sign in'));
+  show(el('div', { class: 'signin panel' }, el('h2', {}, 'Sign in'),
+    el('p', { class: 'muted' }, 'The admin token opens everything; the orders token opens the orders only. ' +
+      'It is kept in this tab only, until you sign out or close it.'), form, err));
+  input.focus();
+}
+
+// probeRole finds what the token opens: the review queue (admin) or the
+// orders only; '' for nothing.
+async function probeRole() {
+  const probe = async path => {
+    const resp = await fetch(path, { headers: { Authorization: 'Bearer ' + token() }, credentials: 'omit', cache: 'no-store' });
+    return resp.status;
+  };
+  if ((await probe('/review?limit=1')) === 200) return 'admin';
+  const s = await probe('/orders/-');
+  return s === 404 || s === 200 ? 'orders' : '';
+}
+
+// ---- review queue --------------------------------------------------------
+
+function hashParams() {
+  const q = location.hash.indexOf('?');
+  return new URLSearchParams(q < 0 ? '' : location.hash.slice(q + 1));
+}
+
+async function renderReviews() {
+  const p = hashParams();
+  const state = p.get('state') || 'open';
+  const reason = p.get('reason') || '';
+  const after = p.get('after') || '';
+  const go = (st, rs, af) => {
+    const q = new URLSearchParams({ state: st });
+    if (rs) q.set('reason', rs);
+    if (af) q.set('after', af);
+    location.hash = '#/reviews?' + q.toString();
+  };
+  const stateSel = el('select', { id: 'filter-state', onchange: () => go(stateSel.value, reasonSel.value, '') },
+    ...['open', 'resolved', 'all'].map(s => el('option', { value: s, selected: s === state }, s)));
+  const reasonSel = el('select', { id: 'filter-reason', onchange: () => go(stateSel.value, reasonSel.value, '') },
+    el('option', { value: '' }, 'every reason'),
+    ...reasons.map(r => el('option', { value: r, selected: r === reason }, r)));
+  const status = el('span', { class: 'muted', id: 'reviews-status' }, 'loading…');
+  const body = el('tbody', { id: 'reviews-body' });
+  const detail = el('div', { id: 'review-detail' });
+  const pager = el('div', { class: 'bar' });
+  show(el('h2', {}, 'Review queue'),
+    el('div', { class: 'bar' }, el('label', {}, 'State ', stateSel), el('label', {}, 'Reason ', reasonSel), status),
+    el('table', { id: 'reviews' }, el('thead', {}, el('tr', {}, ...['id', 'created', 'reason', 'order', 'key', 'state'].map(h => el('th', {}, h)))), body),
+    pager, detail);
+
+  const q = new URLSearchParams({ state, limit: '50' });
+  if (reason) q.set('reason', reason);
+  if (after) q.set('after_id', after);
+  const started = performance.now();
+  const r = await api('GET', '/review?' + q.toString());
+  if (r.status !== 200) {
+    status.textContent = 'Could not read the queue: ' + message(r.body);
+    status.className = 'error';
+    return;
+  }
+  const rows = r.body.items.map(item => {
+    const tr = el('tr', { class: 'row', 'data-id': item.id, onclick: () => {
+      for (const o of body.children) o.classList.remove('selected');
+      tr.classList.add('selected');
+      renderReviewDetail(item, detail);
+    } },
+    el('td', { class: 'mono' }, item.id), el('td', {}, when(item.created_at)), el('td', {}, item.reason),
+    el('td', { class: 'mono' }, el('a', { href: '#/order/' + encodeURIComponent(item.order_no), onclick: ev => ev.stopPropagation() }, item.order_no)),
+    el('td', { class: 'mono' }, item.biz_key),
+    el('td', {}, el('span', { class: 'badge ' + (item.resolved_at ? 'resolved' : 'open') }, item.resolved_at ? 'resolved' : 'open')));
+    return tr;
+  });
+  body.replaceChildren(...rows);
+  const ms = performance.now() - started;
+  document.body.dataset.reviewsMs = ms.toFixed(1);
+  status.textContent = rows.length ? `${rows.length} rows` + (after ? ` before id ${after}` : '') : 'No rows.';
+  status.className = 'muted';
+  if (after) pager.append(el('a', { href: '#', id: 'page-first', onclick: ev => { ev.preventDefault(); go(state, reason, ''); } }, '« newest'));
+  if (r.body.next_after_id) {
+    pager.append(el('a', { href: '#', id: 'page-next', onclick: ev => { ev.preventDefault(); go(state, reason, String(r.body.next_after_id)); } }, 'older »'));
+  }
+}
+
+function renderReviewDetail(item, box) {
+  const result = el('p', { id: 'review-result' });
+  const parts = [el('h3', {}, `Review ${item.id}: ${item.reason}`),
+    el('table', {}, el('tbody', {},
+      ...[['order', item.order_no], ['key', item.biz_key], ['digest', item.payload_hash], ['created', when(item.created_at)],
+        ['resolved', item.resolved_at ? `${when(item.resolved_at)} by ${item.resolved_by}: ${item.resolution}` : 'open']]
+        .map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', { class: 'mono' }, v))))),
+    el('h3', {}, 'The delivery as received'),
+    el('pre', { id: 'raw-body' }, pretty(item.raw_body))];
+  if (!item.resolved_at) {
+    const note = el('input', { id: 'resolution', placeholder: 'what was done (e.g. refunded the second payment)', size: 50, required: true });
+    const by = el('input', { id: 'resolved-by', placeholder: 'your name', value: localStorage.getItem('notifyedge.by') || '', required: true });
+    const resolve = el('form', { id: 'resolve-form', onsubmit: async ev => {
+      ev.preventDefault();
+      localStorage.setItem('notifyedge.by', by.value);
+      const r = await api('POST', `/review/${item.id}/resolve`, { resolution: note.value, by: by.value });
+      result.textContent = r.status === 200 ? 'Resolved.' : `Not resolved (${r.status}): ${message(r.body)}`;
+      result.className = r.status === 200 ? 'ok' : 'error';
+      if (r.status === 200) renderReviews();
+    } }, note, by, el('button', { type: 'submit', id: 'resolve-button' }, 'Resolve'));
+    const redrive = el('button', { type: 'button', id: 'redrive-button', onclick: async () => {
+      if (!by.value) { result.textContent = 'Your name first.'; result.className = 'error'; return; }
+      const r = await api('POST', `/review/${item.id}/redrive`, { by: by.value });
+      if (r.status === 200) {
+        result.textContent = `Re-driven: ${r.body.outcome}, order ${r.body.status} (answered ${r.body.http} ${r.body.code}).`;
+        result.className = 'ok';
+      } else {
+        result.textContent = `Not re-driven (${r.status}): ${message(r.body)}`;
+        result.className = 'error';
+      }
+    } }, 'Re-drive');
+    parts.push(el('h3', {}, 'Resolve'), resolve,
+      el('div', { class: 'bar' }, redrive, el('span', { class: 'muted' }, 'decides the stored delivery again (e.g. once the order is registered)')));
+  }
+  parts.push(result);
+  box.replaceChildren(el('div', { class: 'panel' }, ...parts));
+}
+
+// ---- orders --------------------------------------------------------------
+
+async function renderOrder(no) {
+  const input = el('input', { id: 'order-no', placeholder: 'order number', value: no || '', size: 40 });
+  const form = el('form', { id: 'order-form', onsubmit: ev => {
+    ev.preventDefault();
+    location.hash = '#/order/' + encodeURIComponent(input.value.trim());
+  } }, input, el('button', { type: 'submit' }, 'Open'));
+  const box = el('div', { id: 'order' });
+  show(el('h2', {}, 'Orders'), form, box);
+  if (!no) return;
+  const r = await api('GET', '/orders/' + encodeURIComponent(no) + '?limit=1000');
+  if (r.status === 404) { box.append(el('p', { class: 'error' }, 'No such order.')); return; }
+  if (r.status !== 200) { box.append(el('p', { class: 'error' }, `Could not read it (${r.status}): ${message(r.body)}`)); return; }
+  const o = r.body;
+  const result = el('p', { id: 'order-result' });
+  const act = (label, ev) => el('button', { type: 'button', id: 'order-' + ev.toLowerCase(), onclick: async () => {
+    const a = await api('POST', '/orders/' + encodeURIComponent(no) + '/events', { event: ev, request_id: requestID() });
+    result.textContent = a.status === 200 ? `${ev}: ${a.body.outcome}, now ${a.body.status}.` : `${ev} refused (${a.status}): ${message(a.body)}`;
+    result.className = a.status === 200 ? 'ok' : 'error';
+    if (a.status === 200) setTimeout(() => renderOrder(no), 600);
+  } }, label);
+  const ask = el('button', { type: 'button', id: 'order-reconcile', onclick: async () => {
+    const a = await api('POST', '/orders/' + encodeURIComponent(no) + '/reconcile');
+    result.textContent = a.status === 200 ? `The channel ${a.body.channel} says ${a.body.state}: ${a.body.outcome}${a.body.status ? ', now ' + a.body.status : ''}.`
+      : `Not asked (${a.status}): ${message(a.body)}`;
+    result.className = a.status === 200 ? 'ok' : 'error';
+  } }, 'Ask the channel');
+  const table = (title, cols, rows, cells) => [el('h3', {}, `${title} (${rows.length})`),
+    rows.length ? el('table', { id: 'order-' + title.toLowerCase() }, el('thead', {}, el('tr', {}, ...cols.map(c => el('th', {}, c)))),
+      el('tbody', {}, ...rows.map(x => el('tr', {}, ...cells(x).map(c => el('td', { class: 'mono' }, c)))))) : el('p', { class: 'muted' }, 'none')];
+  box.append(el('div', { class: 'panel' },
+    el('h3', {}, 'Order ', el('span', { class: 'mono', id: 'order-title' }, o.order_no), ' ', el('span', { class: 'badge', id: 'order-status' }, o.status)),
+    el('p', {}, `${(o.amount / 100).toFixed(2)} ${o.currency}` + (o.refunded_amount ? `, refunded ${(o.refunded_amount / 100).toFixed(2)}` : '') +
+      (o.paid_by ? `, paid by trade ${o.paid_by}` : '') + (o.channel ? `, channel ${o.channel}` : '') + `; updated ${when(o.updated_at)}`),
+    el('div', { class: 'bar' }, act('Ship', 'SHIP'), act('Close', 'CLOSE'), ask),
+    result,
+    ...table('Claims', ['created', 'key', 'outcome', 'status'], o.claims, c => [when(c.created_at), c.biz_key, c.outcome, c.status]),
+    ...table('Events', ['id', 'created', 'topic', 'published', 'payload'], o.events,
+      e => [e.id, when(e.created_at), e.topic, e.published_at ? when(e.published_at) : 'not yet', JSON.stringify(e.payload)]),
+    ...table('Refunds', ['created', 'trade', 'refund id', 'amount'], o.refunds, x => [when(x.created_at), x.trade, x.refund_id, (x.amount / 100).toFixed(2)]),
+    ...table('Reviews', ['id', 'created', 'reason', 'key', 'resolved'], o.reviews,
+      x => [x.id, when(x.created_at), x.reason, x.biz_key, x.resolved_at ? when(x.resolved_at) : 'open']),
+    o.truncated ? el('p', { class: 'muted' }, 'Lists hold the newest 1000 rows.') : null));
+}
+
+// ---- status --------------------------------------------------------------
+
+// samples keeps this tab's scrapes of /metrics, for the outcome counts of
+// the last minutes.
+const samples = [];
+
+function parseMetrics(text) {
+  const out = [];
+  for (const line of text.split('\n')) {
+    if (!line || line[0] === '#') continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? ([^ ]+)/.exec(line);
+    if (!m) continue;
+    const labels = {};
+    for (const l of (m[3] || '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]] = l[2];
+    out.push({ name: m[1], labels, value: Number(m[4]) });
+  }
+  return out;
+}
+
+async function renderStatus() {
+  const ready = el('div', { id: 'readiness' }, 'loading…');
+  const outcomes = el('div', { id: 'outcomes' });
+  const certs = el('div', { id: 'certs' });
+  const reloadResult = el('span', { id: 'reload-result' });
+  const reload = el('button', { type: 'button', id: 'reload-button', onclick: async () => {
+    const r = await api('POST', '/reload');
+    reloadResult.textContent = r.status === 200 ? 'Reloaded.' : `Reload failed (${r.status}): ${message(r.body)}; the old credentials stay.`;
+    reloadResult.className = r.status === 200 ? 'ok' : 'error';
+  } }, 'Reload credentials');
+  show(el('h2', {}, 'Status'), el('h3', {}, 'Readiness'), ready, el('h3', {}, 'Callbacks by outcome'), outcomes,
+    el('h3', {}, 'Channel certificates'), certs, el('div', { class: 'bar' }, role() === 'admin' ? reload : null, reloadResult));
+
+  const rz = await fetch('/readyz', { cache: 'no-store' });
+  const rb = await rz.json().catch(() => ({}));
+  ready.replaceChildren(el('table', {}, el('tbody', {}, ...Object.entries(rb).map(([k, v]) =>
+    el('tr', {}, el('th', {}, k), el('td', {}, el('span', { class: 'badge ' + String(v) }, String(v))))))));
+
+  const text = await (await fetch('/metrics', { cache: 'no-store' })).text();
+  const metrics = parseMetrics(text);
+  const now = Date.now();
+  const counts = {};
+  for (const m of metrics) {
+    if (m.name !== 'notifyedge_requests_total') continue;
+    const k = m.labels.channel + '\u0000' + m.labels.outcome;
+    counts[k] = m.value;
+  }
+  samples.push({ at: now, counts });
+  while (samples.length > 1 && now - samples[0].at > 15 * 60 * 1000) samples.shift();
+  const base = samples[0];
+  const mins = ((now - base.at) / 60000).toFixed(1);
+  const rows = Object.entries(counts).filter(([, v]) => v > 0).sort().map(([k, v]) => {
+    const [channel, outcome] = k.split('\u0000');
+    return el('tr', {}, el('td', {}, channel), el('td', {}, outcome), el('td', {}, String(v)), el('td', {}, String(v - (base.counts[k] || 0))));
+  });
+  outcomes.replaceChildren(rows.length ? el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'channel'), el('th', {}, 'outcome'),
+    el('th', {}, 'since start'), el('th', {}, `last ${mins} min`))), el('tbody', {}, ...rows)) : el('p', { class: 'muted' }, 'No callbacks yet.'),
+  el('p', { class: 'muted' }, 'The last-minutes column counts from when this page first read the figures; it refreshes every 15 s.'));
+
+  const certRows = metrics.filter(m => m.name === 'notifyedge_channel_cert_not_after_seconds').map(m => {
+    const days = (m.value * 1000 - now) / 86400000;
+    return el('tr', {}, el('td', {}, m.labels.channel), el('td', { class: 'mono' }, m.labels.serial),
+      el('td', {}, when(new Date(m.value * 1000))), el('td', { class: days < 14 ? 'error' : '' }, `${Math.floor(days)} days`));
+  });
+  certs.replaceChildren(certRows.length ? el('table', {}, el('thead', {}, el('tr', {}, ...['channel', 'serial', 'expires', 'left'].map(h => el('th', {}, h)))),
+    el('tbody', {}, ...certRows)) : el('p', { class: 'muted' }, 'No channel uses certificates.'));
+}
+
+// ---- routing -------------------------------------------------------------
+
+let statusTimer = 0;
+
+function route() {
+  clearInterval(statusTimer);
+  if (!token()) { renderSignIn(); return; }
+  const admin = role() === 'admin';
+  document.getElementById('nav').hidden = false;
+  document.getElementById('nav-reviews').hidden = !admin;
+  document.getElementById('nav-status').hidden = !admin;
+  document.getElementById('role').textContent = admin ? 'admin' : 'orders only';
+  const h = location.hash || '#/';
+  for (const a of document.querySelectorAll('header nav a')) a.classList.toggle('active', h.startsWith(a.getAttribute('href')));
+  const run = p => p.catch(e => { if (e.message !== 'unauthorized') show(el('p', { class: 'error' }, 'Error: ' + e.message)); });
+  if (h.startsWith('#/order')) {
+    const no = h.startsWith('#/order/') ? decodeURIComponent(h.slice('#/order/'.length)) : '';
+    run(renderOrder(no));
+  } else if (admin && h.startsWith('#/status')) {
+    run(renderStatus());
+    statusTimer = setInterval(() => run(renderStatus()), 15000);
+  } else if (admin) {
+    if (!h.startsWith('#/reviews')) { location.hash = '#/reviews'; return; }
+    run(renderReviews());
+  } else {
+    location.hash = '#/order';
+  }
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('signout').addEventListener('click', () => signOut(''));
+  window.addEventListener('hashchange', route);
+  route();
+});
