@@ -289,6 +289,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !strings.Contains(ready, "postgres") || !strings.Contains(ready, "ok") {
 		t.Errorf("readiness shown as %q", ready)
 	}
+	if chans := text(t, ctx, `#channels`); !strings.Contains(chans, "acme") {
+		t.Errorf("channels shown as %q", chans)
+	}
+	if outcomes := text(t, ctx, `#outcomes`); !strings.Contains(outcomes, "unknown_order") {
+		t.Errorf("outcomes shown as %q", outcomes)
+	}
 	screenshot(t, ctx, "console-status")
 
 	// A form posted from another site reaches the endpoint without the

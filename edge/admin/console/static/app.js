@@ -308,7 +308,7 @@ async function renderStatus() {
     reloadResult.className = r.status === 200 ? 'ok' : 'error';
   } }, 'Reload credentials');
   show(el('h2', {}, 'Status'), el('h3', {}, 'Readiness'), ready, el('h3', {}, 'Callbacks by outcome'), outcomes,
-    el('h3', {}, 'Channel certificates'), certs, el('div', { class: 'bar' }, role() === 'admin' ? reload : null, reloadResult));
+    el('h3', {}, 'Channels and their credentials'), certs, el('div', { class: 'bar' }, role() === 'admin' ? reload : null, reloadResult));
 
   const rz = await fetch('/readyz', { cache: 'no-store' });
   const rb = await rz.json().catch(() => ({}));
@@ -336,13 +336,25 @@ async function renderStatus() {
     el('th', {}, 'since start'), el('th', {}, `last ${mins} min`))), el('tbody', {}, ...rows)) : el('p', { class: 'muted' }, 'No callbacks yet.'),
   el('p', { class: 'muted' }, 'The last-minutes column counts from when this page first read the figures; it refreshes every 15 s.'));
 
-  const certRows = metrics.filter(m => m.name === 'notifyedge_channel_cert_not_after_seconds').map(m => {
-    const days = (m.value * 1000 - now) / 86400000;
-    return el('tr', {}, el('td', {}, m.labels.channel), el('td', { class: 'mono' }, m.labels.serial),
-      el('td', {}, when(new Date(m.value * 1000))), el('td', { class: days < 14 ? 'error' : '' }, `${Math.floor(days)} days`));
-  });
-  certs.replaceChildren(certRows.length ? el('table', {}, el('thead', {}, el('tr', {}, ...['channel', 'serial', 'expires', 'left'].map(h => el('th', {}, h)))),
-    el('tbody', {}, ...certRows)) : el('p', { class: 'muted' }, 'No channel uses certificates.'));
+  // Each channel this node serves (the series edged makes for it at
+  // start), with its certificates' expiry where it verifies with
+  // certificates.
+  const channels = [...new Set(metrics.filter(m => m.name === 'notifyedge_requests_total' && m.labels.channel !== 'unknown')
+    .map(m => m.labels.channel))].sort();
+  const certRows = [];
+  for (const ch of channels) {
+    const cs = metrics.filter(m => m.name === 'notifyedge_channel_cert_not_after_seconds' && m.labels.channel === ch);
+    if (!cs.length) {
+      certRows.push(el('tr', {}, el('td', {}, ch), el('td', { class: 'muted' }, 'secret or public key: no expiry'), el('td', {}), el('td', {})));
+    }
+    for (const m of cs) {
+      const days = (m.value * 1000 - now) / 86400000;
+      certRows.push(el('tr', {}, el('td', {}, ch), el('td', { class: 'mono' }, 'certificate ' + m.labels.serial),
+        el('td', {}, when(new Date(m.value * 1000))), el('td', { class: days < 14 ? 'error' : '' }, `${Math.floor(days)} days`)));
+    }
+  }
+  certs.replaceChildren(certRows.length ? el('table', { id: 'channels' }, el('thead', {}, el('tr', {}, ...['channel', 'credential', 'expires', 'left'].map(h => el('th', {}, h)))),
+    el('tbody', {}, ...certRows)) : el('p', { class: 'muted' }, 'No channel configured.'));
 }
 
 // ---- routing -------------------------------------------------------------
