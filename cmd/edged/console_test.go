@@ -341,7 +341,7 @@ func adminDoToken(t *testing.T, token, method, url, body string) (int, string) {
 
 // A page of 50 reviews over a table of 100,000: the time from asking to
 // the rows in the page, as the browser measures it (fetch, JSON, DOM),
-// median of 7. The bound is the contract's 200 ms with a loaded machine's
+// median of 7. The page's target is 200 ms; the bound adds a loaded machine's
 // margin; the figure is logged.
 func TestConsoleBigQueue(t *testing.T) {
 	m, db := consoleNode(t)
