@@ -107,7 +107,7 @@ type Main struct {
 	queriers         map[string]reconcile.Querier
 	reconciler       *reconcile.Reconciler
 	reconcileMetrics *reconcileMetrics
-	reconcileState   atomic.Value // "standby", "leader"
+	reconcileState   atomic.Value // "off" until started, then "standby" or "leader"
 	stopReconcile    context.CancelFunc
 	reconcileDone    chan struct{}
 }
@@ -253,7 +253,6 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.startRetention(metrics); err != nil {
 		return err
 	}
-
 	if m.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
