@@ -252,7 +252,9 @@ async function renderOrder(no) {
     const a = await api('POST', '/orders/' + encodeURIComponent(no) + '/events', { event: ev, request_id: requestID() });
     result.textContent = a.status === 200 ? `${ev}: ${a.body.outcome}, now ${a.body.status}.` : `${ev} refused (${a.status}): ${message(a.body)}`;
     result.className = a.status === 200 ? 'ok' : 'error';
-    if (a.status === 200) setTimeout(() => renderOrder(no), 600);
+    // Show the moved order a moment later, unless the operator went on.
+    const here = location.hash;
+    if (a.status === 200) setTimeout(() => { if (location.hash === here) renderOrder(no); }, 600);
   } }, label);
   const ask = el('button', { type: 'button', id: 'order-reconcile', onclick: async () => {
     const a = await api('POST', '/orders/' + encodeURIComponent(no) + '/reconcile');
