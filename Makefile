@@ -118,6 +118,24 @@ test-race: deps
 bench: deps
 	$(GO) run ./cmd/edgebench run -out bench/results
 
+## bench-compare: this tree against OLD=<commit>, runs taken in turn (SCENARIO=first RUNS=2): medians, ratios, CPU µs per request by process
+SCENARIO ?= first
+RUNS ?= 2
+bench-compare: deps
+	@test -n "$(OLD)" || { echo "set OLD=<commit> to compare against"; exit 1; }
+	@dir=$$(mktemp -d); trap 'git worktree remove --force "$$dir/old" >/dev/null 2>&1; rm -rf "$$dir"' EXIT; \
+	git worktree add --detach "$$dir/old" "$(OLD)" >/dev/null || exit 1; \
+	(cd "$$dir/old" && $(GO) build -o "$$dir/edgebench-old" ./cmd/edgebench) || exit 1; \
+	$(GO) build -o "$$dir/edgebench-new" ./cmd/edgebench || exit 1; \
+	for i in $$(seq $(RUNS)); do for v in old new; do \
+		echo "== $$v, run $$i of $(RUNS), load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+		if [ $$v = old ]; then d="$$dir/old"; else d=.; fi; \
+		(cd "$$d" && "$$dir/edgebench-$$v" run -scenario "$(SCENARIO)" -out "$$dir/$$v-$$i" >"$$dir/$$v-$$i.log" 2>&1) || \
+			{ tail -20 "$$dir/$$v-$$i.log"; exit 1; }; \
+	done; done; \
+	"$$dir/edgebench-new" compare -old-label "$(OLD)" -new-label HEAD \
+		-old "$$(ls "$$dir"/old-*/*.json | paste -sd,)" -new "$$(ls "$$dir"/new-*/*.json | paste -sd,)"
+
 ## bench-scale: three edged behind haproxy on a Redis Cluster and a Postgres
 ## with a synchronous standby; kills a node, a Redis master and the primary
 bench-scale: deps deps-haproxy build
@@ -178,4 +196,4 @@ lint:
 		echo "cmd/forwarder links a Postgres client: see 'go list -deps ./cmd/forwarder'"; exit 1; \
 	fi; echo "forwarder links no Postgres client: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale bench-compare fuzz test-race bench lint

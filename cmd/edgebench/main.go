@@ -3,6 +3,8 @@
 //	edgebench demo [-orders 1000]              the incident replayed: naive design vs notifyedge
 //	edgebench lag [-rate 1000 -duration 10s]   outbox lag at a steady callback rate
 //	edgebench run [-duration 10s -workers 64]   every load scenario and ceiling: speed, CPU per request, invariants
+//	edgebench compare -old a.json,b.json -new c.json,d.json
+//	                                            two builds' runs side by side: medians and ratios
 //	edgebench scale -edged bin/edged -shipper bin/shipper
 //	                                            three edged behind haproxy, a Redis Cluster, a synchronous
 //	                                            standby; kills a node, a Redis master and the primary
@@ -32,12 +34,16 @@ func main() {
 		run(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "compare" {
+		compare(os.Args[2:])
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "scale" {
 		scale(os.Args[2:])
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|scale [flags]")
+		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|scale [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("edgebench demo", flag.ExitOnError)
@@ -129,4 +135,34 @@ func scale(args []string) {
 		fmt.Fprintln(os.Stderr, "edgebench:", err)
 		os.Exit(1)
 	}
+}
+
+// compare prints two builds' runs side by side (bench.Compare).
+func compare(args []string) {
+	fs := flag.NewFlagSet("edgebench compare", flag.ExitOnError)
+	oldFiles := fs.String("old", "", "the first build's run files (JSON, comma-separated)")
+	newFiles := fs.String("new", "", "the second build's run files (JSON, comma-separated)")
+	oldLabel := fs.String("old-label", "old", "the first build's name")
+	newLabel := fs.String("new-label", "new", "the second build's name")
+	fs.Parse(args)
+	read := func(label, list string) bench.Build {
+		b := bench.Build{Label: label}
+		for _, p := range strings.Split(list, ",") {
+			if p == "" {
+				continue
+			}
+			r, err := bench.ReadReport(p)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "edgebench:", err)
+				os.Exit(1)
+			}
+			b.Runs = append(b.Runs, r)
+		}
+		if len(b.Runs) == 0 {
+			fmt.Fprintf(os.Stderr, "edgebench compare: no run files for %s\n", label)
+			os.Exit(2)
+		}
+		return b
+	}
+	fmt.Print(bench.Compare(read(*oldLabel, *oldFiles), read(*newLabel, *newFiles)))
 }
