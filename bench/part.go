@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -120,10 +121,40 @@ func servePart(raw string, in io.Reader, out, logs io.Writer) int {
 		report(partReady{Error: fmt.Sprintf("bench part %s: %v", spec.Role, err)})
 		return 1
 	}
+	if path := os.Getenv(EdgeProfileEnv); path != "" && spec.Role == roleEdge {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			stopAll()
+			report(partReady{Error: fmt.Sprintf("bench part %s: %v", spec.Role, err)})
+			return 1
+		}
+		stops = append(stops, stop)
+	}
 	report(ready)
 	io.Copy(io.Discard, in) // until the bench closes our stdin
 	stopAll()
 	return 0
+}
+
+// EdgeProfileEnv, when set to a file path, makes the edge process write a
+// CPU profile of everything it serves there (go tool pprof reads it with
+// the edgebench binary): where a request's edge microseconds go.
+const EdgeProfileEnv = "NOTIFYEDGE_BENCH_EDGE_CPUPROFILE"
+
+// startCPUProfile profiles this process into path until the returned stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // serveEdge starts the edge's servers on loopback ports: the cached edge,
