@@ -232,10 +232,10 @@ var rank = map[query.State]int{query.Paid: 4, query.Pending: 3, query.NotFound: 
 func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder) (Report, error) {
 	chans := r.targets(o)
 	if len(chans) == 0 {
-		// Nothing can ask it (a channel without a query API, or no
-		// credentials): not asked again until the order is registered
-		// again; a reload that adds credentials covers new orders.
-		err := r.cfg.Store.ScheduleReconcile(ctx, o.OrderNo, r.cfg.Window, durable.Reconciled{Never: true})
+		// Nothing can ask it now (its channel has no query API, or no
+		// credentials yet): looked at again on the back-off, as a pending
+		// order, so that a reload that adds the credentials covers it.
+		err := r.cfg.Store.ScheduleReconcile(ctx, o.OrderNo, r.cfg.Window, durable.Reconciled{Answered: true, Next: r.step(o.Step)})
 		return Report{}, errors.Join(fmt.Errorf("order %s: %w", o.OrderNo, ErrNoQuerier), err)
 	}
 	var best Report

@@ -237,8 +237,14 @@ func TestAskSchedules(t *testing.T) {
 	if _, err := ask("ACME"); !errors.Is(err, reconcile.ErrNoQuerier) {
 		t.Fatalf("a channel without query credentials: %v", err)
 	}
-	if in, _, _ := r.next(t, "ACME"); in != -1 {
-		t.Errorf("a channel without query credentials: asked again in %.0fs", in)
+	// Looked at again on the back-off: credentials may come with a reload.
+	if in, step, errs := r.next(t, "ACME"); !near(in, 600) || step != 1 || errs != 0 {
+		t.Errorf("a channel without query credentials: next in %.0fs, step %d, errors %d; want the back-off", in, step, errs)
+	}
+	rc.SetQueriers(map[string]reconcile.Querier{"wx": wx, "ali": ali, "acme": wx})
+	wx.set("ACME", query.Pending)
+	if rep, err := ask("ACME"); err != nil || rep.Channel != "acme" || rep.Result != reconcile.ResultPending {
+		t.Fatalf("once the channel has credentials: %+v %v", rep, err)
 	}
 	if _, err := ask("NOBODY"); !errors.Is(err, durable.ErrUnknownOrder) {
 		t.Fatalf("unknown order: %v", err)
