@@ -162,7 +162,10 @@ func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, curr
 // answer success for a change that was not made).
 func (s *Store) PatchOrder(ctx context.Context, orderNo string, amount int64, currency string) error {
 	for range orderRetries {
-		tag, err := s.ops.Exec(ctx, `UPDATE biz_order SET amount = $2, currency = $3, updated_at = now()
+		// updated_at is the order's registration for reconciliation: a
+		// correction registers it again, and its queries start over.
+		tag, err := s.ops.Exec(ctx, `UPDATE biz_order SET amount = $2, currency = $3, updated_at = now(),
+         reconcile_at = NULL, reconcile_step = 0, reconcile_errors = 0
      WHERE order_no = $1 AND status = 'PENDING_PAY'`, orderNo, amount, currency)
 		if err != nil {
 			return wrap(ctx, "patch order "+orderNo, err)

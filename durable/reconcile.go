@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,7 +200,12 @@ func (s *Store) Lead(ctx context.Context, lockID int64, name string, run func(co
 	defer cancel(nil)
 	done := make(chan struct{})
 	lost := make(chan error, 1)
+	// The check pings the lock's connection, which is not safe for two
+	// goroutines: it ends before the connection is closed.
+	var checking sync.WaitGroup
+	checking.Add(1)
 	go func() {
+		defer checking.Done()
 		t := time.NewTicker(leaderCheck)
 		defer t.Stop()
 		for {
@@ -221,6 +227,7 @@ func (s *Store) Lead(ctx context.Context, lockID int64, name string, run func(co
 	}()
 	err = run(rctx)
 	close(done)
+	checking.Wait()
 	select {
 	case l := <-lost:
 		return l

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Review errors.
@@ -174,10 +175,21 @@ const sqlRecordReview = `SELECT notifyedge_review($1, $2, $3, $4, $5)`
 // problem is already open. No claim is made: once an operator fixes the
 // cause, the channel's retry is decided afresh.
 func (s *Store) RecordReview(ctx context.Context, n Notification, reason ReviewReason) error {
+	return s.recordReviewOn(ctx, s.pool, n, reason)
+}
+
+// RecordReviewOps is RecordReview on the operator pool: for deliveries
+// that did not come as callbacks (reconciliation's answers), which never
+// take the callbacks' connections.
+func (s *Store) RecordReviewOps(ctx context.Context, n Notification, reason ReviewReason) error {
+	return s.recordReviewOn(ctx, s.ops, n, reason)
+}
+
+func (s *Store) recordReviewOn(ctx context.Context, pool *pgxpool.Pool, n Notification, reason ReviewReason) error {
 	if err := n.validate(); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, sqlRecordReview, n.BizKey, n.OrderNo, string(reason), n.Digest, textSafe(n.RawBody)); err != nil {
+	if _, err := pool.Exec(ctx, sqlRecordReview, n.BizKey, n.OrderNo, string(reason), n.Digest, textSafe(n.RawBody)); err != nil {
 		return wrap(ctx, "record review "+n.BizKey, err)
 	}
 	return nil

@@ -171,7 +171,7 @@ func (a opsAuthority) Process(ctx context.Context, n durable.Notification) (dura
 }
 
 func (a opsAuthority) RecordReview(ctx context.Context, n durable.Notification, r durable.ReviewReason) error {
-	return a.store.RecordReview(ctx, n, r)
+	return a.store.RecordReviewOps(ctx, n, r)
 }
 
 var _ edge.Authority = opsAuthority{}

@@ -255,16 +255,19 @@ func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder) (Report, error
 		}
 		answered = true
 	}
-	next := durable.Reconciled{Answered: answered}
+	var next durable.Reconciled
 	switch {
-	case !answered:
-		// Asked again soon: After, doubling, never later than the next
-		// step of the back-off.
-		next.Next = min(r.cfg.Window.After<<min(o.Errors, 20), r.step(o.Step))
-	case best.State == query.Paid || best.State == query.Closed:
-		next.Never = true // decided, or closed at the channel: nothing more to learn
+	case answered && best.State == query.Paid:
+		next.Answered, next.Never = true, true // decided: nothing more to learn
+	case len(errs) > 0:
+		// A channel could not be asked (or its payment not decided): asked
+		// again soon, whatever the others said, for it may be the one the
+		// order was paid through.
+		next.Next = r.retryAfter(o)
+	case best.State == query.Closed:
+		next.Answered, next.Never = true, true // closed at the channel
 	default:
-		next.Next = r.step(o.Step)
+		next.Answered, next.Next = true, r.step(o.Step)
 	}
 	if ctx.Err() == nil {
 		if err := r.cfg.Store.ScheduleReconcile(ctx, o.OrderNo, r.cfg.Window, next); err != nil {
@@ -278,6 +281,20 @@ func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder) (Report, error
 		return best, fmt.Errorf("order %s: %w: %w", o.OrderNo, ErrNotAsked, errors.Join(errs...))
 	}
 	return best, nil
+}
+
+// retryAfter is the wait after a failed query: After, doubling with each
+// failure in a row, never longer than the next step of the back-off.
+func (r *Reconciler) retryAfter(o durable.DueOrder) time.Duration {
+	limit := r.step(o.Step)
+	d := r.cfg.Window.After
+	for range o.Errors {
+		if d >= limit {
+			break
+		}
+		d *= 2
+	}
+	return min(d, limit)
 }
 
 // step is the wait after the answered query number step+1.

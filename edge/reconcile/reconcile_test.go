@@ -233,6 +233,28 @@ func TestAskSchedules(t *testing.T) {
 		t.Fatalf("asked again: %+v %v", rep, err)
 	}
 
+	// No channel named: one fails, the other says pending. Asked again
+	// soon: the failed one may be the payer.
+	r.order(t, "SPLIT", "")
+	wx.set("SPLIT", query.Pending)
+	ali.failWith(errors.New("connection refused"))
+	if rep, err := ask("SPLIT"); err != nil || rep.State != query.Pending {
+		t.Fatalf("split answers: %+v %v", rep, err)
+	}
+	ali.failWith(nil)
+	if in, step, errs := r.next(t, "SPLIT"); !near(in, 60) || step != 0 || errs != 1 {
+		t.Errorf("one channel failed: next in %.0fs, step %d, errors %d; want the error retry", in, step, errs)
+	}
+	// A correction registers the order again: its queries start over.
+	if err := r.store.PatchOrder(ctx, "FLAKY", 200, "CNY"); err != nil {
+		t.Fatal(err)
+	}
+	var pending bool
+	if err := r.db.QueryRow(ctx, `SELECT reconcile_at IS NULL AND reconcile_step = 0 AND reconcile_errors = 0 FROM biz_order
+		WHERE order_no = 'FLAKY'`).Scan(&pending); err != nil || !pending {
+		t.Errorf("after PATCH the schedule was kept (%v)", err)
+	}
+
 	r.order(t, "ACME", "acme")
 	if _, err := ask("ACME"); !errors.Is(err, reconcile.ErrNoQuerier) {
 		t.Fatalf("a channel without query credentials: %v", err)
@@ -251,7 +273,7 @@ func TestAskSchedules(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if counted["wx/error"] != 6 || counted["ali/applied"] != 1 || counted["ali/skipped"] != 1 || counted["ali/closed"] != 1 {
+	if counted["wx/error"] != 6 || counted["ali/error"] != 1 || counted["ali/applied"] != 1 || counted["ali/skipped"] != 1 || counted["ali/closed"] != 1 {
 		t.Errorf("counted %v", counted)
 	}
 }
@@ -333,4 +355,29 @@ func TestRunOneLeaderAsksEachDueOrderOnce(t *testing.T) {
 		defer mu.Unlock()
 		return len(leaders) == 2, fmt.Sprint(leaders)
 	})
+}
+
+// Many failures in a row with a long first wait: the retry never passes
+// the back-off's step, and never wraps around into the past.
+func TestRetryNeverOverflows(t *testing.T) {
+	r := newRig(t)
+	wx := newAnswers()
+	wx.failWith(errors.New("down"))
+	rc, err := reconcile.New(reconcile.Config{Store: r.store, Decider: &decisions{}, Authority: noAuthority{},
+		Window:  durable.ReconcileWindow{After: 3 * time.Hour, Horizon: 1000 * time.Hour},
+		Backoff: []time.Duration{12 * time.Hour}, Rate: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.SetQueriers(map[string]reconcile.Querier{"wx": wx})
+	r.order(t, "LONG", "wx")
+	if _, err := r.db.Exec(context.Background(), `UPDATE biz_order SET reconcile_errors = 40 WHERE order_no = 'LONG'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Ask(context.Background(), "LONG"); !errors.Is(err, reconcile.ErrNotAsked) {
+		t.Fatalf("%v, want ErrNotAsked", err)
+	}
+	if in, _, errs := r.next(t, "LONG"); !near(in, 12*3600) || errs != 41 {
+		t.Errorf("after 41 failures: next in %.0fs (errors %d), want the 12h step", in, errs)
+	}
 }
