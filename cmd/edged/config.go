@@ -83,6 +83,11 @@ type ChannelConfig struct {
 	Vars map[string]string
 }
 
+// varName names the channel's variable k: EDGE_CHANNEL_<NAME>_<k>.
+func (cc ChannelConfig) varName(k string) string {
+	return "EDGE_CHANNEL_" + strings.ToUpper(cc.Name) + "_" + k
+}
+
 // ParseConfig reads args (without the program name) and env ("K=V" pairs).
 func ParseConfig(args, env []string) (Config, error) {
 	vars := envVars(env)
@@ -309,7 +314,7 @@ type channelKeys struct {
 
 // newChannel builds a configured channel.
 func newChannel(cc ChannelConfig) (builtChannel, error) {
-	env := func(k string) string { return "EDGE_CHANNEL_" + strings.ToUpper(cc.Name) + "_" + k }
+	env := cc.varName
 	var b builtChannel
 	var keys channelKeys
 	var err error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -124,19 +123,8 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 func consoleNode(t *testing.T) (*Main, *pgxpool.Pool) {
 	t.Helper()
 	dbURL := durabletest.NewDatabase(t)
-	cfg, err := ParseConfig([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-budget", "2s"}, []string{
-		"DATABASE_URL=" + dbURL, "EDGE_SECRET_ACME=" + secret, "EDGE_ADMIN_TOKEN=" + consoleAdmin, "EDGE_ORDERS_TOKEN=" + consoleOrders,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DrainDelay = 0
-	m := NewMain(cfg)
-	m.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := m.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m := startNode(t, nil, []string{"DATABASE_URL=" + dbURL, "EDGE_SECRET_ACME=" + secret,
+		"EDGE_ADMIN_TOKEN=" + consoleAdmin, "EDGE_ORDERS_TOKEN=" + consoleOrders}, io.Discard)
 	db, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +242,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// Re-drive the other after registering its order: applied, PAID.
-	if code, body := adminDoToken(t, consoleOrders, "PUT", "http://"+m.AdminAddr()+"/orders/C-LATE-2", `{"amount":500,"currency":"CNY"}`); code != 201 {
+	if code, body := adminDo(t, consoleOrders, "PUT", "http://"+m.AdminAddr()+"/orders/C-LATE-2", `{"amount":500,"currency":"CNY"}`); code != 201 {
 		t.Fatalf("PUT: %d %s", code, body)
 	}
 	late2 := reviewID(t, db, "C-LATE-2")
@@ -299,11 +287,12 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A form posted from another site reaches the endpoint without the
 	// token: 401, and the row stays open.
+	target := reviewID(t, db, xssImgOrder)
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprintf(w, `<form id=f method=POST action="http://%s/review/%d/resolve" enctype="text/plain">
 <input name='{"resolution":"x","by":"evil","pad":"' value='"}'></form><script>document.getElementById('f').submit()</script>`,
-			m.AdminAddr(), reviewID(t, db, xssImgOrder))
+			m.AdminAddr(), target)
 	}))
 	defer evil.Close()
 	do(t, ctx, "cross-site form post",
@@ -326,17 +315,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !reviewsHidden {
 		t.Error("the orders token is offered the review queue")
 	}
-}
-
-// adminDoToken sends a request with the given bearer token.
-func adminDoToken(t *testing.T, token, method, url, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	return send(t, req)
 }
 
 // A page of 50 reviews over a table of 100,000: the time from asking to

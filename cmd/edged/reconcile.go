@@ -20,7 +20,8 @@ import (
 // querySecret reads a query credential given as EDGE_CHANNEL_<C>_<K> (the
 // value) or EDGE_CHANNEL_<C>_<K>_FILE (a file read at start and on every
 // reload); "" when neither is set.
-func querySecret(cc ChannelConfig, k string, env func(string) string) (string, error) {
+func querySecret(cc ChannelConfig, k string) (string, error) {
+	env := cc.varName
 	v, path := cc.Vars[k], cc.Vars[k+"_FILE"]
 	switch {
 	case v != "" && path != "":
@@ -40,10 +41,10 @@ func querySecret(cc ChannelConfig, k string, env func(string) string) (string, e
 // naming the variable when they are incomplete or unreadable. The keys that
 // verify the answers are those that verify the callbacks.
 func newQuerier(cc ChannelConfig, keys channelKeys) (reconcile.Querier, error) {
-	env := func(k string) string { return "EDGE_CHANNEL_" + strings.ToUpper(cc.Name) + "_" + k }
+	env := cc.varName
 	switch cc.Kind {
 	case "wechatpay":
-		key, err := querySecret(cc, "MERCHANT_KEY", env)
+		key, err := querySecret(cc, "MERCHANT_KEY")
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +71,7 @@ func newQuerier(cc ChannelConfig, keys channelKeys) (reconcile.Querier, error) {
 		}
 		return q, nil
 	case "alipay":
-		key, err := querySecret(cc, "APP_PRIVATE_KEY", env)
+		key, err := querySecret(cc, "APP_PRIVATE_KEY")
 		if err != nil || key == "" {
 			return nil, err
 		}

@@ -120,35 +120,44 @@ func (l *lockedLog) String() string {
 	return l.buf.String()
 }
 
-// node starts an edged node on the rig's database with args beside the
-// test's listeners; its JSON log goes to the returned sink.
-func (r *reconcileRig) node(t *testing.T, args ...string) (*Main, *lockedLog) {
+// startNode runs edged on loopback ports with args (beside the listeners
+// and a 2 s budget) and env, its JSON log going to logs; it stops with
+// the test.
+func startNode(t *testing.T, args, env []string, logs io.Writer) *Main {
 	t.Helper()
-	cfg, err := ParseConfig(append([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-budget", "2s"}, args...), r.env)
+	cfg, err := ParseConfig(append([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-budget", "2s"}, args...), env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.DrainDelay = 0
 	m := NewMain(cfg)
-	log := &lockedLog{}
-	m.Logger = slog.New(slog.NewJSONHandler(log, nil))
+	m.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return m, log
+	return m
 }
 
-// adminDo sends an orders-token request to the admin listener and returns
-// the status and body (0 after a transport error, which fails the test).
-func adminDo(t *testing.T, method, url, body string) (int, string) {
+// node starts an edged node on the rig's database with args; its JSON log
+// goes to the returned sink.
+func (r *reconcileRig) node(t *testing.T, args ...string) (*Main, *lockedLog) {
+	t.Helper()
+	log := &lockedLog{}
+	return startNode(t, args, r.env, log), log
+}
+
+// adminDo sends a request with the bearer token to the admin listener and
+// returns the status and body (0 after a transport error, which fails the
+// test from any goroutine).
+func adminDo(t *testing.T, token, method, url, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Error(err)
 		return 0, ""
 	}
-	req.Header.Set("Authorization", "Bearer "+rcOrders)
+	req.Header.Set("Authorization", "Bearer "+token)
 	return send(t, req)
 }
 
@@ -160,7 +169,7 @@ func putOrder(t *testing.T, admin, no, ch string) {
 	if ch != "" {
 		body = fmt.Sprintf(`{"amount":%d,"currency":"CNY","channel":%q}`, rcAmount, ch)
 	}
-	if code, b := adminDo(t, "PUT", "http://"+admin+"/orders/"+no, body); code != 201 {
+	if code, b := adminDo(t, rcOrders, "PUT", "http://"+admin+"/orders/"+no, body); code != 201 {
 		t.Fatalf("PUT %s: %d %s", no, code, b)
 	}
 }
@@ -320,11 +329,11 @@ func TestReconcileTwoNodes(t *testing.T) {
 	if strings.Contains(logB.String(), `"state":"leader"`) {
 		leader = b
 	}
-	if code, body := adminDo(t, "POST", "http://"+leader.AdminAddr()+"/orders/WX-P-00/reconcile", ""); code != 502 ||
+	if code, body := adminDo(t, rcOrders, "POST", "http://"+leader.AdminAddr()+"/orders/WX-P-00/reconcile", ""); code != 502 ||
 		strings.Contains(body, "PRIVATE") {
 		t.Errorf("asked while the answers fail verification: %d %s, want 502", code, body)
 	}
-	if code, body := adminDo(t, "POST", "http://"+b.AdminAddr()+"/orders/NO-SUCH/reconcile", ""); code != 404 {
+	if code, body := adminDo(t, rcOrders, "POST", "http://"+b.AdminAddr()+"/orders/NO-SUCH/reconcile", ""); code != 404 {
 		t.Errorf("an unknown order: %d %s, want 404", code, body)
 	}
 	r.wxFake.SetBadSignature(false)
@@ -469,7 +478,7 @@ func TestReconcileRacesCallback(t *testing.T) {
 		queryFirst := i%4 < 2
 		var asked, called string
 		ask := func() {
-			code, body := adminDo(t, "POST", "http://"+a.AdminAddr()+"/orders/"+no+"/reconcile", "")
+			code, body := adminDo(t, rcOrders, "POST", "http://"+a.AdminAddr()+"/orders/"+no+"/reconcile", "")
 			asked = strconv.Itoa(code) + " " + body
 		}
 		call := func() {

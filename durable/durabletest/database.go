@@ -165,67 +165,48 @@ func GroupCommit() bool { return os.Getenv(GroupCommitEnv) != "0" }
 // cancelled transaction left.
 func WaitCancelled(t testing.TB, db *pgxpool.Pool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND state = 'active' AND query LIKE '%notifyedge_process%' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a delivery still runs 10 s after its deadline")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitCount(t, db, 10*time.Second, "deliveries still running after their deadline", func(n int) bool { return n == 0 },
+		`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND state = 'active' AND query LIKE '%notifyedge_process%' AND pid <> pg_backend_pid()`)
 }
 
 // WaitSessionsGone waits until no session of db's server whose
 // application_name matches like (SQL LIKE) remains: a closed pool's
 // backends end asynchronously, and what they report at exit (function
-// and table statistics) is there only once they have. It fails the test
-// with the count it last saw after a deadline generous enough for a
-// loaded machine.
+// and table statistics) is there only once they have.
 func WaitSessionsGone(t testing.TB, db *pgxpool.Pool, like string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var got int
-		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name LIKE $1`, like).Scan(&got); err != nil {
-			t.Fatalf("count sessions: %v", err)
-		}
-		if got == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions named like %q still there after 30 s", got, like)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitCount(t, db, 30*time.Second, fmt.Sprintf("sessions named like %q", like), func(n int) bool { return n == 0 },
+		`SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1`, like)
 }
 
 // WaitLockWaiters waits until at least n sessions of db's database wait
 // for a lock while running a query that matches like (SQL LIKE; "%" for
 // any): a test's way to know a request reached the row another transaction
-// holds. It fails the test with the count it last saw after a deadline
-// generous enough for a loaded machine.
+// holds.
 func WaitLockWaiters(t testing.TB, db *pgxpool.Pool, n int, like string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	waitCount(t, db, 30*time.Second, fmt.Sprintf("sessions waiting for a lock running %q (want %d)", like, n), func(got int) bool { return got >= n },
+		`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, like)
+}
+
+// waitCount polls a count(*) query until done accepts its value, and fails
+// the test with the last count after within (generous enough for a loaded
+// machine).
+func waitCount(t testing.TB, db *pgxpool.Pool, within time.Duration, what string, done func(int) bool, query string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		var got int
-		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, like).Scan(&got); err != nil {
-			t.Fatalf("count lock waiters: %v", err)
+		if err := db.QueryRow(context.Background(), query, args...).Scan(&got); err != nil {
+			t.Fatalf("count %s: %v", what, err)
 		}
-		if got >= n {
+		if done(got) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions wait for a lock running %q after 30 s, want %d", got, like, n)
+			t.Fatalf("%d %s after %v", got, what, within)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -34,9 +34,9 @@ function show(...nodes) { main().replaceChildren(...nodes); }
 function token() { return sessionStorage.getItem(tokenKey) || ''; }
 function role() { return sessionStorage.getItem(roleKey) || ''; }
 
-// api calls the admin API with the token; it resolves to {status, body}
-// (body parsed as JSON when it is JSON, else text).
-async function api(method, path, body) {
+// request calls the admin API with the token; it resolves to {status,
+// body} (body parsed as JSON when it is JSON, else text).
+async function request(method, path, body) {
   const init = { method, headers: { Authorization: 'Bearer ' + token() }, credentials: 'omit', cache: 'no-store' };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
@@ -48,11 +48,17 @@ async function api(method, path, body) {
   if ((resp.headers.get('Content-Type') || '').includes('json')) {
     try { parsed = JSON.parse(text); } catch (e) { /* shown as text */ }
   }
-  if (resp.status === 401 && token()) {
+  return { status: resp.status, body: parsed };
+}
+
+// api is request for a signed-in page: a refused token signs out.
+async function api(method, path, body) {
+  const r = await request(method, path, body);
+  if (r.status === 401 && token()) {
     signOut('The token was refused: sign in again.');
     throw new Error('unauthorized');
   }
-  return { status: resp.status, body: parsed };
+  return r;
 }
 
 function message(body) {
@@ -120,12 +126,8 @@ function renderSignIn(why) {
 // probeRole finds what the token opens: the review queue (admin) or the
 // orders only; '' for nothing.
 async function probeRole() {
-  const probe = async path => {
-    const resp = await fetch(path, { headers: { Authorization: 'Bearer ' + token() }, credentials: 'omit', cache: 'no-store' });
-    return resp.status;
-  };
-  if ((await probe('/review?limit=1')) === 200) return 'admin';
-  const s = await probe('/orders/-');
+  if ((await request('GET', '/review?limit=1')).status === 200) return 'admin';
+  const s = (await request('GET', '/orders/-')).status;
   return s === 404 || s === 200 ? 'orders' : '';
 }
 
