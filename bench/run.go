@@ -60,6 +60,10 @@ type Config struct {
 	JSONDir string
 	// Progress receives a live line while attacking.
 	Progress io.Writer
+	// Breakdown (own stack only) turns on pg_stat_statements and reports,
+	// for every row, each Redis command's and Postgres statement's share
+	// per answered request.
+	Breakdown bool
 }
 
 // Row is one attack's figures.
@@ -74,8 +78,10 @@ type Row struct {
 	Outcomes  map[string]int `json:"outcomes,omitempty"`
 	Check     string         `json:"invariants"`
 	// CPU is what each part spent per answered request.
-	CPU    CPUCost `json:"cpu_us_per_request"`
-	Points []Point `json:"-"` // latency over time (open-loop attacks)
+	CPU CPUCost `json:"cpu_us_per_request"`
+	// Breakdown is where Redis's and Postgres's time went (Config.Breakdown).
+	Breakdown *Breakdown `json:"breakdown,omitempty"`
+	Points    []Point    `json:"-"` // latency over time (open-loop attacks)
 }
 
 // Point is one answered request of an open-loop attack.
@@ -127,6 +133,8 @@ type env struct {
 	closers []func()
 	// retention is the retention rows' shared state (nil until they run).
 	retention *retentionRun
+	// stats reads the cache Redis's command counters (Config.Breakdown).
+	stats redis.UniversalClient
 }
 
 // Run starts a stack with fsync on, runs every scenario and ceiling, checks
@@ -149,7 +157,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer e.close()
 	if e.tg == nil {
 		e.say("starting Postgres (fsync on), redis-server and the edge ...")
-		st, err := StartStack(ctx, StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second})
+		sc := StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second}
+		if cfg.Breakdown {
+			sc.PostgresSettings = breakdownSettings
+		}
+		st, err := StartStack(ctx, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -163,6 +175,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer db.Close()
 	e.db = db
+	if cfg.Breakdown && e.st != nil {
+		if _, err := db.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			return nil, fmt.Errorf("bench: breakdown: %w", err)
+		}
+		e.stats = redis.NewClient(&redis.Options{Addr: e.st.Redis.Addr()})
+		defer e.stats.Close()
+	}
 	// Enough fresh orders that no "first" attack runs out (about 30k first
 	// deliveries per attack-second in all, generously).
 	poolSize := max(60_000, int(cfg.Duration.Seconds()*40_000))
@@ -233,10 +252,20 @@ func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool)
 	}
 	t := newTally(e.tg.Channel)
 	before := outcomes(e.tg)
+	if e.stats != nil {
+		if err := resetBreakdown(ctx, e.db, e.stats); err != nil {
+			return err
+		}
+	}
 	cpu0 := e.cpu.sample()
 	r, err := s.drive(ctx, e, s, url, t)
 	cpu1 := e.cpu.sample()
 	r.Name, r.CPU = s.name, cost(cpu0, cpu1, r.Requests)
+	if e.stats != nil && err == nil {
+		if r.Breakdown, err = readBreakdown(ctx, e.db, e.stats, r.Requests); err != nil {
+			return err
+		}
+	}
 	if s.after != nil {
 		if aerr := s.after(ctx, e); aerr != nil && err == nil {
 			err = fmt.Errorf("bench: %s: %w", s.name, aerr)

@@ -61,6 +61,8 @@ type StackConfig struct {
 	// Log receives the logs of the edge and relay processes (default
 	// discarded).
 	Log io.Writer
+	// PostgresSettings are extra "name=value" server settings.
+	PostgresSettings []string
 }
 
 // StartStack starts everything on this machine's loopback.
@@ -84,7 +86,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		}
 	}()
 	var err error
-	if s.cluster, err = pgtemp.Start(ctx, pgtemp.Options{Durable: cfg.Durable}); err != nil {
+	if s.cluster, err = pgtemp.Start(ctx, pgtemp.Options{Durable: cfg.Durable, Settings: cfg.PostgresSettings}); err != nil {
 		return nil, err
 	}
 	s.DBURL = s.cluster.URL("postgres")

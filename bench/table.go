@@ -92,6 +92,7 @@ func (r *Report) Table() string {
 	b.WriteString("\nCPU µs per answered request, from /proc before and after each attack: machine is all CPUs' busy time;\n" +
 		"pg is the postmaster with all its backends; relay is the outbox relay and the shipper (their own process);\n" +
 		"driver is the bench process, the load generator (for the ceilings, with their server in it). Empty: not readable.\n")
+	writeBreakdowns(&b, r.Rows)
 	b.WriteString("\nOutcomes (from notifyedge_requests_total):\n")
 	for _, row := range r.Rows {
 		if len(row.Outcomes) == 0 {

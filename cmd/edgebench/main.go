@@ -92,8 +92,9 @@ func run(args []string) {
 	db := fs.String("db", os.Getenv("DATABASE_URL"), "with -target: its DATABASE_URL (orders are seeded under a prefix of this run's own)")
 	secret := fs.String("secret", os.Getenv("EDGE_SIGN_SECRET"), "with -target: a generic channel's secret (EDGE_SIGN_SECRET)")
 	channel := fs.String("channel", "bench", "with -target: that channel's name")
+	breakdown := fs.Bool("breakdown", false, "own stack only: each row's Redis commands and Postgres statements per request (pg_stat_statements on)")
 	fs.Parse(args)
-	cfg := bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr, Rate: *rate}
+	cfg := bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr, Rate: *rate, Breakdown: *breakdown}
 	if *scenario != "" {
 		cfg.Scenarios = strings.Split(*scenario, ",")
 	}
