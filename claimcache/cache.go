@@ -137,6 +137,7 @@ type Cache struct {
 	waitBudget time.Duration
 	onError    func(error)
 	breakers   *nodeBreakers
+	pipe       *pipe   // claims and owned completions, batched
 	local      *local  // nil: off
 	node       [8]byte // random per process: owner tokens are node + counter
 	seq        atomic.Uint64
@@ -192,6 +193,7 @@ func New(cfg Config) (*Cache, error) {
 		return nil, errors.New("claimcache: TTLs must be at least 1ms")
 	}
 	c.resultMS = strconv.FormatInt(c.resultTTL.Milliseconds(), 10)
+	c.pipe = newPipe(cfg.Client)
 	if cfg.LocalEntries > 0 {
 		c.local = newLocal(cfg.LocalEntries, min(cmp.Or(cfg.LocalTTL, 10*time.Minute), c.resultTTL), now)
 	}
@@ -318,20 +320,23 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 		}
 	}
 	tok := c.newToken()
-	bp := bufs.Get().(*[]byte)
-	defer bufs.Put(bp)
-	*bp = pendingValue((*bp)[:0], d, tok)
-	var old string
-	var found bool
 	rk := st.key(key)
-	err = c.call(ctx, rk, func() error {
-		cmd := c.client.SetArgs(ctx, rk, *bp, redis.SetArgs{Mode: "NX", Get: true, TTL: c.pendingTTL})
-		v, err := cmd.Result()
-		if err == nil {
-			old, found = v, true
-		}
-		return err
-	})
+	b := c.breakers.forKey(ctx, rk)
+	if !b.allow() {
+		return Result{}, fmt.Errorf("claim: %w", ErrBreakerOpen)
+	}
+	o := getOp(opClaim, rk, c.pendingTTL)
+	o.val = pendingValue(o.val, d, tok)
+	if !c.pipe.do(ctx, o) {
+		return Result{}, fmt.Errorf("claim: %w", ctx.Err()) // the op stays the pipe's
+	}
+	old, err := o.reply, o.err
+	putOp(o)
+	c.record(b, err)
+	found := err == nil
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("claim: %w", err)
 	}
@@ -434,42 +439,98 @@ type Completion struct {
 	Key      []byte
 	Digest   Digest
 	Response []byte
+	// Owned says the caller won the key's claim: the entry is its own
+	// pending one, unless the pending TTL passed. Its answer is then written
+	// with a plain SET, which costs Redis a fraction of the check-and-set
+	// script. Overwriting is safe there: besides its own pending entry, the
+	// only entry it can meet is one written after that TTL by the next
+	// claimant, whose done entry holds the same committed answer (Postgres
+	// replays its first result to every duplicate).
+	Owned bool
 }
 
 // CompleteMany runs Complete for each of cs in one round trip (a
 // pipeline): the completions that pile up under load cost Redis and the
-// node one exchange instead of one each. cs is read during the call only.
+// node one exchange instead of one each, and owned ones (Completion.Owned)
+// share it with concurrent claims. cs is read during the call only.
 // An error means some may not be written (each is then what a lost
 // Complete is: the next duplicate goes to Postgres).
 func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
-	if len(cs) == 1 {
-		return c.Complete(ctx, cs[0].Key, cs[0].Digest, cs[0].Response)
-	}
 	st, err := c.state()
 	if err != nil {
 		return fmt.Errorf("complete: %w", err)
 	}
-	size := 0
+	// Each completion goes to its key's node and answers to that node's
+	// breaker: one whose breaker is open is skipped (a lost Complete).
+	var first error
+	var owned []*op
+	var obrk []*breaker
+	var oidx, scripted []int
 	for i := range cs {
+		rk := st.key(cs[i].Key)
+		if !cs[i].Owned {
+			scripted = append(scripted, i)
+			continue
+		}
+		b := c.breakers.forKey(ctx, rk)
+		if !b.allow() {
+			first = cmp.Or(first, ErrBreakerOpen)
+			continue
+		}
+		o := getOp(opSet, rk, c.resultTTL)
+		o.val = append(append(append(o.val, kindDone), cs[i].Digest[:]...), cs[i].Response...)
+		owned, obrk, oidx = append(owned, o), append(obrk, b), append(oidx, i)
+	}
+	if len(owned) > 0 {
+		if !c.pipe.do(ctx, owned...) {
+			return fmt.Errorf("complete: %w", ctx.Err()) // the ops stay the pipe's
+		}
+		for j, o := range owned {
+			err := o.err
+			putOp(o)
+			c.record(obrk[j], err)
+			if err != nil {
+				first = cmp.Or(first, err)
+				continue
+			}
+			if c.local != nil {
+				i := oidx[j]
+				c.local.put(cs[i].Key, st.gen, cs[i].Digest, string(cs[i].Response))
+			}
+		}
+	}
+	if err := c.completeScripted(ctx, st, cs, scripted); err != nil {
+		first = cmp.Or(first, err)
+	}
+	if first != nil {
+		return fmt.Errorf("complete: %w", first)
+	}
+	return nil
+}
+
+// completeScripted runs the check-and-set script for cs[i] of each i in
+// idx, in one pipeline.
+func (c *Cache) completeScripted(ctx context.Context, st *epochState, cs []Completion, idx []int) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	size := 0
+	for _, i := range idx {
 		size += 1 + len(cs[i].Digest) + len(cs[i].Response)
 	}
 	// One buffer for every value: a pipeline holds its arguments until it
 	// is sent, so none may be reused before.
 	buf := make([]byte, 0, size)
 	values := make([][]byte, len(cs))
-	for i := range cs {
+	keys := make([]string, len(cs))
+	brk := make([]*breaker, len(cs))
+	sent := make([]int, 0, len(idx)) // indexes of cs in the pipeline
+	for _, i := range idx {
 		from := len(buf)
 		buf = append(buf, kindDone)
 		buf = append(buf, cs[i].Digest[:]...)
 		buf = append(buf, cs[i].Response...)
 		values[i] = buf[from:len(buf):len(buf)]
-	}
-	// Each completion goes to its key's node and answers to that node's
-	// breaker: one whose breaker is open is skipped (a lost Complete).
-	keys := make([]string, len(cs))
-	brk := make([]*breaker, len(cs))
-	sent := make([]int, 0, len(cs)) // indexes of cs in the pipeline
-	for i := range cs {
 		keys[i] = st.key(cs[i].Key)
 		brk[i] = c.breakers.forKey(ctx, keys[i])
 		if brk[i].allow() {
@@ -477,7 +538,7 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 		}
 	}
 	if len(sent) == 0 {
-		return fmt.Errorf("complete: %w", ErrBreakerOpen)
+		return ErrBreakerOpen
 	}
 	cmds, _ := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, i := range sent {
@@ -508,13 +569,10 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 			c.local.put(cs[i].Key, st.gen, cs[i].Digest, string(cs[i].Response))
 		}
 	}
-	if first == nil && len(sent) < len(cs) {
+	if first == nil && len(sent) < len(idx) {
 		first = ErrBreakerOpen
 	}
-	if first != nil {
-		return fmt.Errorf("complete: %w", first)
-	}
-	return nil
+	return first
 }
 
 // Abort deletes the key if it still holds this owner's pending entry.

@@ -252,6 +252,63 @@ func TestCacheConformance(t *testing.T) {
 				}
 			})
 
+			t.Run("an owned completion replaces its own pending entry in one SET", func(t *testing.T) {
+				k1, k2 := newKey(t), newKey(t)
+				if r := claim(k1, a); r.Verdict != claimcache.Won {
+					t.Fatalf("claim: %v", r.Verdict)
+				}
+				claim(k2, a)
+				c.Complete(ctx, k2, a, []byte("first"))
+				err := c.CompleteMany(ctx, []claimcache.Completion{
+					{Key: k1, Digest: a, Response: []byte("mine"), Owned: true},
+					{Key: k2, Digest: a, Response: []byte("second")}, // not owned: the done entry stays
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range []struct {
+					k    []byte
+					want string
+				}{{k1, "mine"}, {k2, "first"}} {
+					if r := claim(w.k, a); r.Verdict != claimcache.Done || r.Response != w.want {
+						t.Errorf("%s: %v %q, want done %q", w.k, r.Verdict, r.Response, w.want)
+					}
+				}
+			})
+
+			t.Run("concurrent claims each get their own verdict", func(t *testing.T) {
+				// Enough at once that they share pipelines: every first
+				// claim of a key wins, every second one finds it taken.
+				const n = 200
+				keys := make([][]byte, n)
+				for i := range keys {
+					keys[i] = newKey(t)
+				}
+				var wg sync.WaitGroup
+				verdicts := make([][2]claimcache.Verdict, n)
+				for i := range n {
+					for j := range 2 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							r, err := c.Claim(ctx, keys[i], a)
+							if err != nil {
+								t.Error(err)
+							}
+							verdicts[i][j] = r.Verdict
+						}()
+					}
+				}
+				wg.Wait()
+				for i, v := range verdicts {
+					won := (v[0] == claimcache.Won) != (v[1] == claimcache.Won)
+					busy := v[0] == claimcache.Busy || v[1] == claimcache.Busy
+					if !won || !busy {
+						t.Errorf("key %d: verdicts %v, want one won and one busy", i, v)
+					}
+				}
+			})
+
 			t.Run("pending and result TTLs expire", func(t *testing.T) {
 				// Only that entries are gone once their TTL has passed:
 				// a delay can only make them more so.

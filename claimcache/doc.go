@@ -35,11 +35,24 @@
 // Config.WaitBudget (a quarter of the budget in edged), then the request
 // goes to Postgres, which blocks on its unique index and replays.
 //
-// Complete (a Lua script that never replaces a done entry) runs only after
-// Postgres committed a DONE result: applied, skipped, or a replay, which
-// refills an emptied cache. CompleteMany sends the completions that pile up
-// under load in one pipeline, after their answers went out. Every other
-// outcome aborts: a compare-and-delete of the owner's own pending entry.
+// Complete runs only after Postgres committed a DONE result: applied,
+// skipped, or a replay, which refills an emptied cache. The request that
+// won the claim writes its answer with a plain SET (its own pending entry is
+// there, or, past the pending TTL, the next claimant's, whose answer is the
+// same committed one); any other uses a Lua script that never replaces a
+// done entry. CompleteMany sends the completions that pile up under load
+// together, after their answers went out. Every other outcome aborts: a
+// compare-and-delete of the owner's own pending entry.
+//
+// # Pipelining
+//
+// Claims and owned completions that arrive while two are in flight queue,
+// and the next to end sends them all in one pipeline (up to 128): under
+// load, concurrent first deliveries share one write and one read instead of
+// a round trip each, which was a quarter of the node's CPU per first
+// delivery and most of Redis's. A call that finds nothing in flight goes at
+// once, alone; no timer holds one back. Each call still answers to its own
+// node's breaker and the client's call timeout.
 //
 // # Failures
 //

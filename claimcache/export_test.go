@@ -25,3 +25,10 @@ func LocalLen(c *Cache) (entries, slots int) {
 	}
 	return entries, slots
 }
+
+// PipeQueued returns how many calls wait in c's pipe for a slot.
+func PipeQueued(c *Cache) int {
+	c.pipe.mu.Lock()
+	defer c.pipe.mu.Unlock()
+	return len(c.pipe.queue)
+}

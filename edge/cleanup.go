@@ -30,6 +30,7 @@ type cleanupJob struct {
 	token    claimcache.Token
 	response []byte
 	complete bool
+	owned    bool // the request won the claim (claimcache.Completion.Owned)
 }
 
 // cleanupWorkers run the calls; cleanupQueue bounds what waits for them;
@@ -59,7 +60,7 @@ func (cc *cacheCleanup) run() {
 		completions = completions[:0]
 		for _, j := range batch {
 			if j.complete {
-				completions = append(completions, claimcache.Completion{Key: j.key, Digest: j.digest, Response: j.response})
+				completions = append(completions, claimcache.Completion{Key: j.key, Digest: j.digest, Response: j.response, Owned: j.owned})
 			} else {
 				_ = cc.cache.Abort(context.Background(), j.key, j.digest, j.token)
 			}
@@ -91,10 +92,11 @@ func (cc *cacheCleanup) drain(batch []*cleanupJob) []*cleanupJob {
 	return batch
 }
 
-// complete queues a Complete of key with response (both copied).
-func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte) {
+// complete queues a Complete of key with response (both copied); owned
+// says the request won the key's claim.
+func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte, owned bool) {
 	j := cc.free.Get().(*cleanupJob)
-	j.key, j.digest, j.complete = append(j.key[:0], key...), d, true
+	j.key, j.digest, j.complete, j.owned = append(j.key[:0], key...), d, true, owned
 	j.response = append(j.response[:0], response...)
 	cc.enqueue(j)
 }
@@ -102,7 +104,7 @@ func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byt
 // abort queues an Abort of the pending claim key/token (key copied).
 func (cc *cacheCleanup) abort(key []byte, d claimcache.Digest, t claimcache.Token) {
 	j := cc.free.Get().(*cleanupJob)
-	j.key, j.digest, j.token, j.complete = append(j.key[:0], key...), d, t, false
+	j.key, j.digest, j.token, j.complete, j.owned = append(j.key[:0], key...), d, t, false, false
 	cc.enqueue(j)
 }
 

@@ -140,7 +140,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 		if cacheUp {
 			// Committed: from now on the cache may answer with these bytes.
 			x.cached = encodeCached(x.cached[:0], x.verdict.HTTP, x.ctype, x.body)
-			s.cleanup.complete(x.d.Key, x.d.Sum, x.cached) // after the answer
+			s.cleanup.complete(x.d.Key, x.d.Sum, x.cached, owned.Verdict == claimcache.Won) // after the answer
 		}
 		return
 	}
