@@ -105,10 +105,12 @@
 // (0.37 of the CPU, 1.89 times the deliveries), and the edge's, Postgres's
 // and Redis's CPU together fell to 0.46 of one at a time. A lone delivery
 // waits for nothing (its median latency at one caller was 1.02 times one at
-// a time's): batching is natural, never timed. A delivery that finds a batch
-// slot free starts a batch at once with whatever waits; while both slots
-// are busy, deliveries queue, and the batch that ends next takes them all
-// (up to GroupSize).
+// a time's): batching is natural, never timed. A delivery that finds no
+// batch in flight starts one at once with whatever waits; behind a batch in
+// flight, the second slot is taken as soon as two deliveries wait (a loner
+// there waits for the batch's end instead of paying a commit of its own);
+// while both slots are busy, deliveries queue, and the batch that ends next
+// takes them all (up to GroupSize).
 //
 // Two batches may be in flight (Config.GroupBatches): one executes while
 // the other waits for its commit to reach the disk. At four or eight, the

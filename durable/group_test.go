@@ -486,3 +486,77 @@ func TestGroupPlainCellsTakeTheSetStatements(t *testing.T) {
 		t.Fatalf("notifyedge_process ran %d times for %d deliveries decided alone: the batch's plain cells went through it", calls, alone)
 	}
 }
+
+// Behind a batch in flight, a lone delivery waits for a second one rather
+// than take a transaction of its own; two start a batch in the free slot at
+// once. Behind a lone delivery in flight, which may wait for a lock as long
+// as its budget, a lone delivery takes the free slot at once.
+func TestGroupLonerWaitsBehindABatchInFlight(t *testing.T) {
+	b := setup(t)
+	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 2, GroupLockTimeout: time.Minute, MaxConns: 24})
+	ctx := context.Background()
+	notes := payments(t, b, "L-", 4)
+	stats := s.GroupStats()
+	// Both slots held by lone deliveries waiting for their orders' locks:
+	// the second took its slot at once.
+	freeA, answerA := holdSlot(t, b, s, "L-SLOTA")
+	freeB, answerB := holdSlot(t, b, s, "L-SLOTB")
+	durabletest.WaitLockWaiters(t, b.db, 2, "%")
+	// A batch of two queues behind them; one member's key waits for a claim
+	// row another transaction inserted (the batch's lock_timeout is long).
+	blocked := note("TLB", durable.PaySuccess, "L-BLOCKED", 100, "CNY")
+	b.order(t, "L-BLOCKED", durable.PendingPay, 100, "CNY")
+	tx, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
+		VALUES ($1, 'L-BLOCKED', $2, 'DONE', '{}')`, blocked.BizKey, blocked.Digest); err != nil {
+		t.Fatal(err)
+	}
+	batch := submit(s, 2*time.Minute, blocked, notes[0])
+	waitQueued(t, s, 2)
+	freeA() // slot A's run takes the two: a batch that waits
+	if a := <-answerA; a.err != nil || a.r.Outcome != durable.Applied {
+		t.Fatalf("slot A's delivery: %+v %v", a.r, a.err)
+	}
+	durabletest.WaitLockWaiters(t, b.db, 2, "%") // slot B's, and the batch
+	freeB()
+	if a := <-answerB; a.err != nil || a.r.Outcome != durable.Applied {
+		t.Fatalf("slot B's delivery: %+v %v", a.r, a.err)
+	}
+	batches := stats.Batches.Load()
+	alone := stats.Alone.Load()
+	// Behind the batch in flight: a loner waits, two go together.
+	first := submit(s, 20*time.Second, notes[1])
+	waitQueued(t, s, 1)
+	second := submit(s, 20*time.Second, notes[2])
+	for _, ch := range []<-chan decided{first, second} {
+		if a := <-ch; a.err != nil || a.r.Outcome != durable.Applied {
+			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+		}
+	}
+	if got := stats.Batches.Load() - batches; got != 1 {
+		t.Errorf("%d batches beside the one in flight, want 1", got)
+	}
+	if got := stats.Alone.Load() - alone; got != 0 {
+		t.Errorf("%d deliveries decided alone beside the batch in flight, want none", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a := <-batch; a.err != nil || a.r.Outcome != durable.Applied {
+			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+		}
+	}
+	// With nothing in flight, a lone delivery goes at once, alone.
+	alone = stats.Alone.Load()
+	if a := <-submit(s, 20*time.Second, notes[3]); a.err != nil || a.r.Outcome != durable.Applied {
+		t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+	}
+	if got := stats.Alone.Load() - alone; got != 1 {
+		t.Errorf("a delivery with nothing in flight: %d decided alone, want 1", got)
+	}
+}
