@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -74,3 +75,19 @@ const MigrationLock = migrationLock
 // CheckVocabulary checks the literals of the SQL functions defs (name ->
 // pg_get_functiondef) against Go's vocabulary.
 func CheckVocabulary(t testing.TB, defs map[string]string) { checkVocabulary(t, defs) }
+
+// RelayPace is the least time between the relay's partial batches.
+const RelayPace = relayPace
+
+// RelaySetting returns a run-time parameter as the relay's own connection
+// sees it.
+func RelaySetting(ctx context.Context, s *Store, name string) (string, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.relayConnConfig())
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var v string
+	err = conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}
