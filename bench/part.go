@@ -251,7 +251,7 @@ func serveRelay(ctx context.Context, spec partSpec, stops *[]func()) error {
 	go func() {
 		defer close(shipDone)
 		redisstream.RunConsumer(rctx, redisstream.ConsumerConfig{Client: stream, Group: "shipper", Name: "shipper-1",
-			Block: 100 * time.Millisecond, ClaimIdle: 5 * time.Second, Handle: shipping.OnPaid(store, "shipper", nil)})
+			Block: 100 * time.Millisecond, ClaimIdle: 5 * time.Second, HandleBatch: shipping.OnPaidBatch(store, "shipper", nil)})
 	}()
 	*stops = append(*stops, func() { cancel(); <-relayDone; <-shipDone })
 	return nil

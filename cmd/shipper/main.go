@@ -50,7 +50,7 @@ func main() {
 	log.Info("shipper consuming", "stream", os.Getenv("EDGE_STREAM_NAME"), "group", *group, "name", *name)
 	err = redisstream.RunConsumer(ctx, redisstream.ConsumerConfig{
 		Client: client, Stream: os.Getenv("EDGE_STREAM_NAME"), Group: *group, Name: *name, ClaimIdle: *claimIdle,
-		Handle: shipping.OnPaid(store, *group, func(m redisstream.Message, r durable.ShipResult) {
+		HandleBatch: shipping.OnPaidBatch(store, *group, func(m redisstream.Message, r durable.ShipResult) {
 			log.Info("order", "order_no", m.OrderNo, "outbox_id", m.OutboxID, "result", r.String())
 		}),
 		OnError: func(err error) { log.Warn("shipper", "error", err.Error()) },

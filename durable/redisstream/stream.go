@@ -192,6 +192,11 @@ type ConsumerConfig struct {
 	// returns nil (the message is acknowledged then) and be idempotent on
 	// OutboxID (a message may come again). An error leaves it pending.
 	Handle func(ctx context.Context, m Message) error
+	// HandleBatch, instead of Handle, processes the messages of one read
+	// together (a transaction for all of them costs one commit): it returns
+	// one error per message, in order, under Handle's rules for each; the
+	// answered ones are acknowledged in one XACK.
+	HandleBatch func(ctx context.Context, ms []Message) []error
 	// Batch is how many messages one read takes (default 100).
 	Batch int64
 	// Block is how long a read waits for new messages (default 1s).
@@ -207,8 +212,8 @@ type ConsumerConfig struct {
 // own pending messages (after a restart), then new ones, and every
 // ClaimIdle/2 the messages idle longer than ClaimIdle with others (XAUTOCLAIM).
 func RunConsumer(ctx context.Context, cfg ConsumerConfig) error {
-	if cfg.Client == nil || cfg.Group == "" || cfg.Name == "" || cfg.Handle == nil {
-		return errors.New("redisstream: consumer needs Client, Group, Name and Handle")
+	if cfg.Client == nil || cfg.Group == "" || cfg.Name == "" || (cfg.Handle == nil) == (cfg.HandleBatch == nil) {
+		return errors.New("redisstream: consumer needs Client, Group, Name and one of Handle and HandleBatch")
 	}
 	cfg.Stream = cmp.Or(cfg.Stream, DefaultStream)
 	cfg.Batch = cmp.Or(cfg.Batch, 100)
@@ -293,6 +298,10 @@ func (c *consumer) claim(ctx context.Context) {
 // handle processes messages in order and acknowledges each after its
 // handler committed.
 func (c *consumer) handle(ctx context.Context, msgs []redis.XMessage) {
+	if c.cfg.HandleBatch != nil {
+		c.handleBatch(ctx, msgs)
+		return
+	}
 	for _, xm := range msgs {
 		m, err := decode(xm)
 		if err != nil {
@@ -306,6 +315,42 @@ func (c *consumer) handle(ctx context.Context, msgs []redis.XMessage) {
 		if err := c.cfg.Client.XAck(ctx, c.cfg.Stream, c.cfg.Group, xm.ID).Err(); err != nil {
 			c.fail(fmt.Errorf("xack %s: %w", xm.ID, err))
 		}
+	}
+}
+
+// handleBatch hands the decodable messages to HandleBatch at once and
+// acknowledges the ones it answered in one XACK.
+func (c *consumer) handleBatch(ctx context.Context, msgs []redis.XMessage) {
+	ms := make([]Message, 0, len(msgs))
+	for _, xm := range msgs {
+		m, err := decode(xm)
+		if err != nil {
+			c.fail(err) // not ours to judge: leave it pending for a human
+			continue
+		}
+		ms = append(ms, m)
+	}
+	if len(ms) == 0 {
+		return
+	}
+	errs := c.cfg.HandleBatch(ctx, ms)
+	if len(errs) != len(ms) {
+		c.fail(fmt.Errorf("handle %d messages: %d answers", len(ms), len(errs)))
+		return
+	}
+	ids := make([]string, 0, len(ms))
+	for i, m := range ms {
+		if errs[i] != nil {
+			c.fail(fmt.Errorf("handle outbox id %d: %w", m.OutboxID, errs[i]))
+			continue
+		}
+		ids = append(ids, m.StreamID)
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if err := c.cfg.Client.XAck(ctx, c.cfg.Stream, c.cfg.Group, ids...).Err(); err != nil {
+		c.fail(fmt.Errorf("xack %d messages from %s: %w", len(ids), ids[0], err))
 	}
 }
 

@@ -29,6 +29,9 @@ type bundle struct {
 	db     *pgxpool.Pool
 	redis  *claimcachetest.Server
 	client redis.UniversalClient
+	// oneByOne makes the shippers handle one message at a time
+	// (ConsumerConfig.Handle) instead of a read's messages together.
+	oneByOne bool
 }
 
 func setup(t *testing.T) *bundle { return setupB(t) }
@@ -206,9 +209,17 @@ func (c *crashAfterXAdd) Publish(ctx context.Context, msgs []durable.OutboxMessa
 }
 
 // Point 1: the relay dies between XADD and marking: the rows go out again,
-// and the consumer's dedup on the outbox id makes the effect once.
+// and the consumer's dedup on the outbox id makes the effect once, whether
+// it handles a read's messages together or one at a time.
 func TestRelayCrashBetweenXAddAndMark(t *testing.T) {
+	for _, oneByOne := range []bool{false, true} {
+		t.Run(fmt.Sprintf("one by one %v", oneByOne), func(t *testing.T) { relayCrashBetweenXAddAndMark(t, oneByOne) })
+	}
+}
+
+func relayCrashBetweenXAddAndMark(t *testing.T, oneByOne bool) {
 	b := setup(t)
+	b.oneByOne = oneByOne
 	b.paidAndRefunded(t, "C", 40, false)
 	p := &crashAfterXAdd{next: redisstream.NewPublisher(b.client, "", 0)}
 	p.crashs.Store(2)
@@ -232,11 +243,15 @@ func TestRelayCrashBetweenXAddAndMark(t *testing.T) {
 func (b *bundle) startConsumer(t *testing.T, group, name string, claimIdle time.Duration) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	cfg := redisstream.ConsumerConfig{Client: b.client, Group: group, Name: name,
+		Block: 100 * time.Millisecond, ClaimIdle: claimIdle, HandleBatch: shipping.OnPaidBatch(b.store, group, nil),
+		OnError: func(err error) { t.Logf("consumer: %v", err) }}
+	if b.oneByOne {
+		cfg.Handle, cfg.HandleBatch = shipping.OnPaid(b.store, group, nil), nil
+	}
 	go func() {
 		defer close(done)
-		redisstream.RunConsumer(ctx, redisstream.ConsumerConfig{Client: b.client, Group: group, Name: name,
-			Block: 100 * time.Millisecond, ClaimIdle: claimIdle, Handle: shipping.OnPaid(b.store, group, nil),
-			OnError: func(err error) { t.Logf("consumer: %v", err) }})
+		redisstream.RunConsumer(ctx, cfg)
 	}()
 	return func() { cancel(); <-done }
 }
@@ -366,4 +381,45 @@ func TestConsumerShipsOncePerOrder(t *testing.T) {
 	if err := pub.Trim(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// One order the shipper cannot lock fails its read's transaction; the
+// others are shipped alone and acknowledged at once, and the stuck one
+// stays pending until it can be shipped (reclaimed after ClaimIdle).
+func TestBatchShipperShipsAroundAStuckOrder(t *testing.T) {
+	b := setup(t)
+	s, err := durable.New(context.Background(), durable.Config{URL: b.url, MaxConns: 8, MinConns: 1, LockTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	b.store = s
+	b.paidAndRefunded(t, "K", 10, false)
+	runRelay(t, b.store, redisstream.NewPublisher(b.client, "", 0), nil)
+	b.waitPublished(t)
+	release := durabletest.LockOrder(t, b.db, "K-004")
+	defer b.startConsumer(t, "shipper", "s1", time.Second)()
+	b.waitShipped(t, "the other 9 orders shipped, one message pending", 9, 1)
+	if got := b.count(t, `SELECT count(*) FROM biz_order WHERE order_no = 'K-004' AND status = 'PAID'`); got != 1 {
+		t.Fatalf("the locked order moved")
+	}
+	release()
+	b.waitShipped(t, "the stuck order shipped once free", 10, 0)
+	if n := b.count(t, `SELECT count(*) FROM shipment`); n != 10 {
+		t.Errorf("%d shipments for 10 orders", n)
+	}
+}
+
+// waitShipped waits until shipped orders are SHIPPED and pending messages
+// wait in the shipper group.
+func (b *bundle) waitShipped(t *testing.T, what string, shipped int, pending int64) {
+	t.Helper()
+	claimcachetest.WaitFor(t, what, func() (bool, string) {
+		n := b.count(t, `SELECT count(*) FROM biz_order WHERE status = 'SHIPPED'`)
+		pend, err := b.client.XPending(context.Background(), redisstream.DefaultStream, "shipper").Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		return n == shipped && pend.Count == pending, fmt.Sprintf("%d shipped, %d pending", n, pend.Count)
+	})
 }
