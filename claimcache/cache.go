@@ -482,7 +482,7 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 		owned, obrk, oidx = append(owned, o), append(obrk, b), append(oidx, i)
 	}
 	if len(owned) > 0 {
-		if !c.pipe.do(ctx, owned...) {
+		if !c.pipe.carry(ctx, owned...) {
 			return fmt.Errorf("complete: %w", ctx.Err()) // the ops stay the pipe's
 		}
 		for j, o := range owned {

@@ -1,5 +1,7 @@
 package claimcache
 
+import "time"
+
 // LocalShard returns which shard of c's local table holds key and how many
 // entries a shard keeps, so that an external test can predict FIFO eviction
 // exactly (the shard seed is random per table).
@@ -32,3 +34,14 @@ func PipeQueued(c *Cache) int {
 	defer c.pipe.mu.Unlock()
 	return len(c.pipe.queue)
 }
+
+// PipeRiders returns how many completions wait in c's pipe for calls to
+// ride along with.
+func PipeRiders(c *Cache) int {
+	c.pipe.mu.Lock()
+	defer c.pipe.mu.Unlock()
+	return len(c.pipe.riders)
+}
+
+// SetCarryWait sets how long c's completions wait for claims to ride with.
+func SetCarryWait(c *Cache, d time.Duration) { c.pipe.carryWait = d }

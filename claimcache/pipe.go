@@ -16,26 +16,37 @@ import (
 // round trip as a quarter of the node's CPU, mostly syscalls.
 //
 // Batching is natural, as in the durable store's group commit: a call that
-// finds a slot free goes at once with whatever waits (alone, it waits for
-// nothing and is a plain command); while every slot is busy, calls queue,
-// and the batch that ends next takes them, up to pipeMax. No timer ever
-// holds a call back. Each call still answers to its own node's breaker
-// (the caller asks it before, and feeds it after), and go-redis's call
-// timeouts bound a pipeline as they bound a single command.
+// finds nothing in flight goes at once with whatever waits (alone, it waits
+// for nothing and is a plain command); behind a pipeline in flight, the
+// second slot is taken as soon as two calls wait (a lone call there waits
+// for the pipeline's end: one round trip at most, and without it most calls
+// under load went alone); while every slot is busy, calls queue, and the
+// pipeline that ends next takes them, up to pipeMax. No timer ever holds a
+// call back. Completions (carry) are riders instead: no answer waits for
+// them, so they wait up to carryWait for the next calls and go in their
+// pipeline. Each call still answers to its own node's breaker (the caller
+// asks it before, and feeds it after), and go-redis's call timeouts bound a
+// pipeline as they bound a single command.
 type pipe struct {
 	client Client
 	slots  int
 
 	mu       sync.Mutex
-	queue    []*op
+	queue    []*op // calls a caller waits for
+	riders   []*op // completions: they go with the next calls
+	flush    bool  // riders have waited carryWait: send them alone
 	inFlight int
+
+	carryWait time.Duration
 }
 
 // pipeSlots is how many pipelines may be in flight at once; pipeMax caps
 // the calls one carries.
+// carryWait is how long a completion waits for calls to ride along with.
 const (
 	pipeSlots = 2
 	pipeMax   = 128
+	carryWait = 2 * time.Millisecond
 )
 
 // opKind is what an op sends.
@@ -75,7 +86,7 @@ func putOp(o *op) {
 	ops.Put(o)
 }
 
-func newPipe(c Client) *pipe { return &pipe{client: c, slots: pipeSlots} }
+func newPipe(c Client) *pipe { return &pipe{client: c, slots: pipeSlots, carryWait: carryWait} }
 
 // do sends os (in one pipeline when they fit, with whatever else waits) and
 // waits until each has its answer or ctx ends. It reports whether every op
@@ -83,7 +94,7 @@ func newPipe(c Client) *pipe { return &pipe{client: c, slots: pipeSlots} }
 func (p *pipe) do(ctx context.Context, os ...*op) bool {
 	p.mu.Lock()
 	p.queue = append(p.queue, os...)
-	if p.inFlight == p.slots {
+	if p.inFlight == p.slots || p.inFlight > 0 && len(p.queue) < 2 {
 		p.mu.Unlock() // the next batch to end takes them
 	} else {
 		p.inFlight++
@@ -100,6 +111,57 @@ func (p *pipe) do(ctx context.Context, os ...*op) bool {
 		}
 	}
 	return true
+}
+
+// carry sends os with the next calls that go, or on their own once they
+// waited carryWait (or enough of them wait to fill a pipeline), and waits
+// until each has its answer or ctx ends; it reports as do does. It is for
+// completions: no answer waits for them, so instead of a round trip of
+// their own they ride in the pipeline of the next claims.
+func (p *pipe) carry(ctx context.Context, os ...*op) bool {
+	p.mu.Lock()
+	p.riders = append(p.riders, os...)
+	full := len(p.riders) >= pipeMax
+	p.mu.Unlock()
+	if full {
+		p.kick()
+	}
+	t := time.NewTimer(p.carryWait)
+	defer t.Stop()
+	for _, o := range os {
+	wait:
+		for {
+			select {
+			case <-o.done:
+				break wait
+			case <-ctx.Done():
+				return false
+			case <-t.C: // fires once
+				p.kick()
+			}
+		}
+	}
+	return true
+}
+
+// kick has the riders sent now: in a free slot, or by the pipeline in
+// flight when it ends.
+func (p *pipe) kick() {
+	p.mu.Lock()
+	if len(p.riders) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.flush = true
+	if p.inFlight == p.slots {
+		p.mu.Unlock()
+		return
+	}
+	p.inFlight++
+	batch := p.take()
+	p.mu.Unlock()
+	p.send(batch)
+	p.next()
 }
 
 // next hands what queued meanwhile to a runner of its own, keeping the
@@ -127,18 +189,34 @@ func (p *pipe) run(batch []*op) {
 	}
 }
 
-// take removes the next batch from the queue (p.mu held).
+// take removes the next batch (p.mu held): the waiting calls, up to
+// pipeMax, with riders in the room left; riders alone only once flushed.
 func (p *pipe) take() []*op {
 	n := min(len(p.queue), pipeMax)
-	if n == 0 {
+	if n == 0 && !p.flush {
 		return nil
 	}
-	batch := make([]*op, n)
-	copy(batch, p.queue)
-	rest := copy(p.queue, p.queue[n:])
-	clear(p.queue[rest:])
-	p.queue = p.queue[:rest]
+	r := min(len(p.riders), pipeMax-n)
+	if n+r == 0 {
+		p.flush = false
+		return nil
+	}
+	batch := make([]*op, 0, n+r)
+	batch = append(batch, p.queue[:n]...)
+	batch = append(batch, p.riders[:r]...)
+	p.queue = shift(p.queue, n)
+	p.riders = shift(p.riders, r)
+	if len(p.riders) == 0 {
+		p.flush = false
+	}
 	return batch
+}
+
+// shift drops the first n of q, keeping its array.
+func shift(q []*op, n int) []*op {
+	rest := copy(q, q[n:])
+	clear(q[rest:])
+	return q[:rest]
 }
 
 // send runs batch against Redis and signals each op.

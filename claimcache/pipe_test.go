@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -14,8 +15,8 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 )
 
-// gatedClient holds every single SET until the test opens the gate, and
-// counts the pipelines and the commands they carry.
+// gatedClient holds every send (a single SET or a pipeline) until the test
+// opens the gate, and counts them and the commands pipelines carry.
 type gatedClient struct {
 	redis.UniversalClient
 	gate      chan struct{}
@@ -32,9 +33,15 @@ func (g *gatedClient) SetArgs(ctx context.Context, key string, value any, a redi
 
 func (g *gatedClient) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
 	g.pipelines.Add(1)
+	<-g.gate
 	cmds, err := g.UniversalClient.Pipelined(ctx, fn)
 	g.piped.Add(int64(len(cmds)))
 	return cmds, err
+}
+
+// sends reports what g has been asked to send so far.
+func (g *gatedClient) sends() string {
+	return fmt.Sprintf("%d single, %d pipelines", g.singles.Load(), g.pipelines.Load())
 }
 
 // newGatedCache is a cache on miniredis whose single SETs wait at g's gate.
@@ -55,11 +62,12 @@ func newGatedCache(t *testing.T) (*claimcache.Cache, *gatedClient) {
 	return c, g
 }
 
-// While every slot is busy, claims queue, and the slot that frees next
-// sends them all in one pipeline, each with its own verdict.
+// A claim with nothing in flight goes at once, alone; behind it, a lone
+// claim waits and two take the second slot together; while both slots are
+// busy, claims queue, and the slot that frees next sends them all in one
+// pipeline, each with its own verdict.
 func TestClaimsQueuedWhileBusyShareOnePipeline(t *testing.T) {
 	c, g := newGatedCache(t)
-
 	const n = 50
 	keys := make([][]byte, n)
 	for i := range keys {
@@ -78,15 +86,29 @@ func TestClaimsQueuedWhileBusyShareOnePipeline(t *testing.T) {
 			verdicts[i] = r.Verdict
 		}()
 	}
-	// Two claims take both slots and are held at the gate...
+	sent := func(what string, single, pipelines int64) {
+		t.Helper()
+		claimcachetest.WaitFor(t, what, func() (bool, string) {
+			return g.singles.Load() == single && g.pipelines.Load() == pipelines, g.sends()
+		})
+	}
+	queued := func(what string, n int) {
+		t.Helper()
+		claimcachetest.WaitFor(t, what, func() (bool, string) {
+			q := claimcache.PipeQueued(c)
+			return q == n, fmt.Sprint(q, " queued; ", g.sends())
+		})
+	}
 	claim(0)
+	sent("the first claim sent alone", 1, 0)
 	claim(1)
-	claimcachetest.WaitFor(t, "both slots busy", func() (bool, string) { n := g.singles.Load(); return n == 2, fmt.Sprint(n, " held") })
-	// ... while the rest queue behind them.
-	for i := 2; i < n; i++ {
+	queued("a lone claim behind it waiting", 1)
+	claim(2)
+	sent("two claims in the second slot", 1, 1)
+	for i := 3; i < n; i++ {
 		claim(i)
 	}
-	claimcachetest.WaitFor(t, "the rest queued", func() (bool, string) { q := claimcache.PipeQueued(c); return q == n-2, fmt.Sprint(q, " queued") })
+	queued("the rest queued", n-3)
 	close(g.gate)
 	wg.Wait()
 	for i, v := range verdicts {
@@ -94,38 +116,68 @@ func TestClaimsQueuedWhileBusyShareOnePipeline(t *testing.T) {
 			t.Errorf("claim %d: %v, want won", i, v)
 		}
 	}
-	if p, cmds := g.pipelines.Load(), g.piped.Load(); p != 1 || cmds != n-2 {
-		t.Errorf("%d pipelines carried %d claims, want 1 carrying %d", p, cmds, n-2)
+	if p, cmds := g.pipelines.Load(), g.piped.Load(); p != 2 || cmds != n-1 {
+		t.Errorf("%d pipelines carried %d claims, want 2 carrying %d (2, then the %d queued)", p, cmds, n-1, n-3)
 	}
 }
 
-// A claim whose caller gives up while it waits for a slot returns at once
+// A claim whose caller gives up while it waits its turn returns at once
 // with the caller's error; the pipe still answers the others.
 func TestQueuedClaimHonoursItsContext(t *testing.T) {
 	c, g := newGatedCache(t)
-	var wg sync.WaitGroup
-	for _, k := range [][]byte{newKey(t), newKey(t)} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := c.Claim(context.Background(), k, digest("a")); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	claimcachetest.WaitFor(t, "both slots busy", func() (bool, string) { n := g.singles.Load(); return n == 2, fmt.Sprint(n, " held") })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	held := make(chan error, 1)
 	k := newKey(t)
 	go func() {
-		_, err := c.Claim(ctx, k, digest("a"))
+		_, err := c.Claim(context.Background(), k, digest("a"))
+		held <- err
+	}()
+	claimcachetest.WaitFor(t, "a claim in flight", func() (bool, string) { return g.singles.Load() == 1, g.sends() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	k2 := newKey(t)
+	go func() {
+		_, err := c.Claim(ctx, k2, digest("a"))
 		done <- err
 	}()
-	claimcachetest.WaitFor(t, "the claim queued", func() (bool, string) { q := claimcache.PipeQueued(c); return q == 1, fmt.Sprint(q, " queued") })
+	claimcachetest.WaitFor(t, "the claim queued", func() (bool, string) {
+		q := claimcache.PipeQueued(c)
+		return q == 1, fmt.Sprint(q, " queued")
+	})
 	cancel()
 	if err := <-done; err == nil {
 		t.Error("a claim given up on returned no error")
 	}
 	close(g.gate)
-	wg.Wait()
+	if err := <-held; err != nil {
+		t.Error(err)
+	}
+}
+
+// An owned completion has no caller waiting: it waits for the next claim
+// and rides in its pipeline instead of a round trip of its own.
+func TestCompletionRidesWithTheNextClaim(t *testing.T) {
+	c, g := newGatedCache(t)
+	close(g.gate)
+	claimcache.SetCarryWait(c, time.Hour) // only a claim sends it
+	ctx := context.Background()
+	done, next := newKey(t), newKey(t)
+	completed := make(chan error, 1)
+	go func() {
+		completed <- c.CompleteMany(ctx, []claimcache.Completion{{Key: done, Digest: digest("a"), Response: []byte("answer"), Owned: true}})
+	}()
+	claimcachetest.WaitFor(t, "the completion waiting to ride", func() (bool, string) {
+		return claimcache.PipeRiders(c) == 1, g.sends()
+	})
+	if r, err := c.Claim(ctx, next, digest("a")); err != nil || r.Verdict != claimcache.Won {
+		t.Fatalf("claim: %v %v", r.Verdict, err)
+	}
+	if err := <-completed; err != nil {
+		t.Fatal(err)
+	}
+	if p, cmds := g.pipelines.Load(), g.piped.Load(); g.singles.Load() != 0 || p != 1 || cmds != 2 {
+		t.Errorf("%s carrying %d commands, want one pipeline carrying the claim and the completion", g.sends(), cmds)
+	}
+	if r, err := c.Claim(ctx, done, digest("a")); err != nil || r.Verdict != claimcache.Done || r.Response != "answer" {
+		t.Errorf("after the completion: %v %q %v, want done", r.Verdict, r.Response, err)
+	}
 }
