@@ -38,6 +38,7 @@ var compareFigures = []struct {
 	{"req/s", func(r Row) *float64 { return &r.ReqPerSec }},
 	{"edge µs", func(r Row) *float64 { return r.CPU.Edge }},
 	{"postgres µs", func(r Row) *float64 { return r.CPU.Postgres }},
+	{"postgres edge µs", func(r Row) *float64 { return r.CPU.PostgresEdge }},
 	{"redis µs", func(r Row) *float64 { return r.CPU.Redis }},
 	{"machine µs", func(r Row) *float64 { return r.CPU.Machine }},
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -38,6 +39,12 @@ type CPUCost struct {
 	Edge *float64 `json:"edge"`
 	// Postgres is the postmaster and all its backends (see treeTicks).
 	Postgres *float64 `json:"postgres"`
+	// PostgresEdge is the part of Postgres that serves the edge's own
+	// connections (our own stack only): deciding the deliveries, without
+	// the relay's and the shipper's work, which follows the deliveries at
+	// its own pace (a consumer that lags behind an attack does its share
+	// after it, outside the Postgres figure).
+	PostgresEdge *float64 `json:"postgres_edge,omitempty"`
 	// Redis is the redis-server process (cache and stream).
 	Redis *float64 `json:"redis"`
 	// Relay is the process running the outbox relay and the reference
@@ -56,6 +63,7 @@ const (
 	colRedis
 	colRelay
 	colDriver
+	colPostgresEdge
 	nCols
 )
 
@@ -75,6 +83,10 @@ type cpuProbe struct {
 	// ours); its pid is asked at every sample, because the redis-down
 	// scenario restarts it.
 	redis string
+	// db finds the backends of the edge's sessions, application_name
+	// edgeApp, at every sample ("": not told apart).
+	db      *pgxpool.Pool
+	edgeApp string
 }
 
 // sample reads every column the probe knows of.
@@ -87,9 +99,23 @@ func (p *cpuProbe) sample() cpuSample {
 		// microseconds over a whole attack).
 		redisPID = redisServerPID(p.redis)
 	}
+	var edgeBackends []int
+	if p.edgeApp != "" {
+		edgeBackends = p.backendsOf(p.edgeApp) // asked before the ticks are read, as redis's pid is
+	}
 	procs, err := readAllProcStats()
 	if err != nil {
 		return s
+	}
+	if edgeBackends != nil {
+		// A backend's own time: the edge's pools keep their connections, so
+		// the same backends are read before and after an attack.
+		for _, pid := range edgeBackends {
+			if st, ok := procs[pid]; ok {
+				s.ticks[colPostgresEdge] += st.utime + st.stime
+			}
+		}
+		s.ok[colPostgresEdge], s.pids[colPostgresEdge] = true, p.postgres
 	}
 	if t, err := machineBusyTicks(); err == nil {
 		s.ticks[colMachine], s.ok[colMachine] = t, true
@@ -126,7 +152,23 @@ func cost(before, after cpuSample, n int) CPUCost {
 		}
 	}
 	return CPUCost{Machine: out[colMachine], Edge: out[colEdge], Postgres: out[colPostgres],
-		Redis: out[colRedis], Relay: out[colRelay], Driver: out[colDriver]}
+		Redis: out[colRedis], Relay: out[colRelay], Driver: out[colDriver], PostgresEdge: out[colPostgresEdge]}
+}
+
+// backendsOf returns the pids of the backends whose application_name is
+// app (nil if they cannot be read).
+func (p *cpuProbe) backendsOf(app string) []int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rows, err := p.db.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return nil
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil
+	}
+	return append(make([]int, 0, len(pids)), pids...)
 }
 
 // procStat is what the bench reads of one /proc/<pid>/stat, in clock ticks.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -164,12 +165,15 @@ func startCPUProfile(path string) (stop func(), err error) {
 // outcome counts).
 func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[]func()) (partReady, error) {
 	var r partReady
-	store, err := durable.New(ctx, durable.Config{URL: spec.DBURL, StatementTimeout: spec.Budget, GroupCommit: true})
+	// The edge's sessions carry a name of their own, so that the Postgres
+	// CPU they cost is told apart from the relay's and the shipper's.
+	url := withApplicationName(spec.DBURL, edgeApplication)
+	store, err := durable.New(ctx, durable.Config{URL: url, StatementTimeout: spec.Budget, GroupCommit: true})
 	if err != nil {
 		return r, fmt.Errorf("postgres: %w", err)
 	}
 	*stops = append(*stops, store.Close)
-	alone, err := durable.New(ctx, durable.Config{URL: spec.DBURL, StatementTimeout: spec.Budget, NoMigrate: true})
+	alone, err := durable.New(ctx, durable.Config{URL: url, StatementTimeout: spec.Budget, NoMigrate: true})
 	if err != nil {
 		return r, fmt.Errorf("postgres: %w", err)
 	}
@@ -227,6 +231,21 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 		return r, err
 	}
 	return r, nil
+}
+
+// edgeApplication is the application_name of the edge part's sessions.
+const edgeApplication = "notifyedge-bench-edge"
+
+// withApplicationName sets application_name in a postgres:// URL.
+func withApplicationName(dbURL, name string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL // durable.New reports it
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // serveRelay runs the outbox relay and the reference shipper, as a

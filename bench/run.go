@@ -321,6 +321,9 @@ func (e *env) probe(ctx context.Context) *cpuProbe {
 	p := &cpuProbe{postgres: postmasterPID(ctx, e.db)}
 	if e.st != nil {
 		p.edge, p.relay, p.redis = e.st.edge.pid(), e.st.relay.pid(), e.st.Redis.Addr()
+		if p.postgres != 0 {
+			p.db, p.edgeApp = e.db, edgeApplication
+		}
 	}
 	return p
 }

@@ -43,7 +43,7 @@ func TestBenchQuick(t *testing.T) {
 	// during redis-down: its column cannot be read there.
 	first := rep.find("first").CPU
 	for name, v := range map[string]*float64{"machine": first.Machine, "edge": first.Edge, "postgres": first.Postgres,
-		"redis": first.Redis, "relay": first.Relay, "driver": first.Driver} {
+		"postgres edge": first.PostgresEdge, "redis": first.Redis, "relay": first.Relay, "driver": first.Driver} {
 		if v == nil {
 			t.Errorf("first: no %s CPU", name)
 		} else if *v < 0 || (*v == 0 && name != "redis" && name != "relay") {
@@ -52,6 +52,10 @@ func TestBenchQuick(t *testing.T) {
 	}
 	if first.Machine != nil && first.Edge != nil && first.Postgres != nil && *first.Machine < *first.Edge+*first.Postgres {
 		t.Errorf("first: machine %.1f µs < edge %.1f + Postgres %.1f", *first.Machine, *first.Edge, *first.Postgres)
+	}
+	// The edge's sessions are part of Postgres.
+	if first.PostgresEdge != nil && first.Postgres != nil && *first.PostgresEdge > *first.Postgres {
+		t.Errorf("first: Postgres for the edge %.1f µs > all of Postgres %.1f", *first.PostgresEdge, *first.Postgres)
 	}
 	if rep.find("redis-down (killed at 1/2)").CPU.Redis != nil {
 		t.Error("redis-down: a Redis CPU figure across a restart")
@@ -91,8 +95,8 @@ func TestBenchAgainstATarget(t *testing.T) {
 	// The target's processes are not ours: their CPU columns stay empty,
 	// except Postgres, whose data directory is on this machine.
 	c := rep.find("first").CPU
-	if c.Edge != nil || c.Redis != nil || c.Relay != nil {
-		t.Errorf("first against a target: edge %v, redis %v, relay %v CPU, want none", c.Edge, c.Redis, c.Relay)
+	if c.Edge != nil || c.Redis != nil || c.Relay != nil || c.PostgresEdge != nil {
+		t.Errorf("first against a target: edge %v, redis %v, relay %v, postgres edge %v CPU, want none", c.Edge, c.Redis, c.Relay, c.PostgresEdge)
 	}
 	if c.Machine == nil || c.Driver == nil || c.Postgres == nil {
 		t.Errorf("first against a target: machine %v, driver %v, postgres %v CPU, want all", c.Machine, c.Driver, c.Postgres)
