@@ -15,17 +15,16 @@ import (
 // group decides concurrent deliveries together: one transaction and one
 // round trip for a batch (see "Why batches" in the package doc).
 //
-// Batching is natural: a delivery that finds no batch in flight starts one
-// at once with whatever waits (alone, it waits for nothing); while a batch
-// is in flight, the next starts as soon as two deliveries wait and a slot
-// is free, and while every slot is busy, deliveries queue; the batch that
-// ends next takes them all, up to size. A lone delivery behind a batch in
-// flight waits for that batch's end rather than take a transaction of its
-// own: under load, such loners were one delivery in twenty and a third of
-// Postgres's deciding time (each a commit and a flush of its own). Only
-// behind batches, though, which never wait for a lock: behind a lone
-// delivery in flight (which may wait for one as long as its budget) the
-// free slot is taken at once. No timer ever holds a delivery back.
+// Batching is natural: a delivery that finds no batch in flight and a slot
+// free starts one at once with whatever waits (alone, it waits for nothing
+// and takes the one-at-a-time statement); while a batch is in flight,
+// deliveries queue, and the batch takes them all, up to size, when it
+// ends. One batch at a time gathers twice the deliveries two would, and a
+// batch's commit and set-up are most of what it costs Postgres. A batch
+// never waits for a lock (past its short lock_timeout), so nothing waits
+// long behind it; a lone delivery may (as long as its budget), so behind
+// lone deliveries the free slots are taken at once. No timer ever holds a
+// delivery back.
 type group struct {
 	s           *Store
 	slots       int    // batches in flight at most
@@ -94,9 +93,9 @@ func (g *group) process(ctx context.Context, n Notification) (Result, error) {
 func (g *group) submit(m *member) {
 	g.mu.Lock()
 	g.queue = append(g.queue, m)
-	if g.inFlight == g.slots || g.inFlight > 0 && g.lones == 0 && len(g.queue) < 2 {
+	if g.inFlight == g.slots || g.inFlight > g.lones {
 		g.mu.Unlock()
-		return // the next batch to end takes it
+		return // the batch in flight takes it when it ends
 	}
 	g.inFlight++
 	batch := g.take()

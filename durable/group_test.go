@@ -487,11 +487,11 @@ func TestGroupPlainCellsTakeTheSetStatements(t *testing.T) {
 	}
 }
 
-// Behind a batch in flight, a lone delivery waits for a second one rather
-// than take a transaction of its own; two start a batch in the free slot at
-// once. Behind a lone delivery in flight, which may wait for a lock as long
-// as its budget, a lone delivery takes the free slot at once.
-func TestGroupLonerWaitsBehindABatchInFlight(t *testing.T) {
+// One batch at a time: behind a batch in flight, deliveries queue, alone
+// or several, and the batch takes them all when it ends. Behind a lone
+// delivery in flight, which may wait for a lock as long as its budget, a
+// delivery takes the free slot at once.
+func TestGroupOneBatchAtATime(t *testing.T) {
 	b := setup(t)
 	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 2, GroupLockTimeout: time.Minute, MaxConns: 24})
 	ctx := context.Background()
@@ -528,28 +528,24 @@ func TestGroupLonerWaitsBehindABatchInFlight(t *testing.T) {
 	}
 	batches := stats.Batches.Load()
 	alone := stats.Alone.Load()
-	// Behind the batch in flight: a loner waits, two go together.
-	first := submit(s, 20*time.Second, notes[1])
+	// Behind the batch in flight, with a slot free: one waits, and so do two.
+	later := submit(s, 2*time.Minute, notes[1])
 	waitQueued(t, s, 1)
-	second := submit(s, 20*time.Second, notes[2])
-	for _, ch := range []<-chan decided{first, second} {
+	later2 := submit(s, 2*time.Minute, notes[2])
+	waitQueued(t, s, 2)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan decided{batch, batch, later, later2} {
 		if a := <-ch; a.err != nil || a.r.Outcome != durable.Applied {
 			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
 		}
 	}
-	if got := stats.Batches.Load() - batches; got != 1 {
-		t.Errorf("%d batches beside the one in flight, want 1", got)
+	if got := stats.Batches.Load() - batches; got != 2 {
+		t.Errorf("%d batches, want 2: the one in flight, then the two that queued behind it", got)
 	}
 	if got := stats.Alone.Load() - alone; got != 0 {
-		t.Errorf("%d deliveries decided alone beside the batch in flight, want none", got)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if a := <-batch; a.err != nil || a.r.Outcome != durable.Applied {
-			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
-		}
+		t.Errorf("%d deliveries decided alone behind the batch in flight, want none", got)
 	}
 	// With nothing in flight, a lone delivery goes at once, alone.
 	alone = stats.Alone.Load()

@@ -80,9 +80,11 @@ type Config struct {
 	// per batch (see "Why batches" in the package doc). Off, every delivery
 	// is a transaction of its own. Answers are the same either way.
 	GroupCommit bool
-	// GroupBatches is how many batches may be in flight at once (default
-	// 2): one executing while the other waits for its commit to reach the
-	// disk. More would split the same deliveries into smaller batches.
+	// GroupBatches is how many transactions group commit may have in
+	// flight at once (default 2): one batch at a time (a second would
+	// split the same deliveries into smaller batches), and beside it lone
+	// deliveries, which may wait for a lock, so that one waiting delivery
+	// never holds back the rest.
 	GroupBatches int
 	// GroupSize caps a batch's deliveries (default 64).
 	GroupSize int
