@@ -58,7 +58,14 @@ type Result struct {
 	// Response is the stored response of a Done verdict. It is a fresh
 	// string from the Redis reply: the caller may keep it.
 	Response string
+	// Epoch names the cache epoch a Won claim was made under (for
+	// Completion.Epoch).
+	Epoch uint64
 }
+
+// ErrSlow is returned for a call that waited the cache's WaitBudget for
+// its turn in the pipeline: go to Postgres.
+var ErrSlow = errors.New("claimcache: redis too slow to take the call")
 
 // ErrBreakerOpen is returned without calling Redis while the breaker is
 // open: go to Postgres.
@@ -84,7 +91,8 @@ type Config struct {
 	PendingTTL time.Duration
 	// ResultTTL is how long a done entry answers duplicates (default 24h).
 	ResultTTL time.Duration
-	// WaitBudget bounds Wait (default 50ms); after it, Postgres answers.
+	// WaitBudget bounds Wait (default 50ms), and how long a call waits for
+	// its turn in a pipeline (ErrSlow); after it, Postgres answers.
 	WaitBudget time.Duration
 	// BreakerFailures consecutive errors open the breaker (default 5);
 	// BreakerCooldown later a probe may close it (default 1s).
@@ -327,8 +335,12 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 	}
 	o := getOp(opClaim, rk, c.pendingTTL)
 	o.val = pendingValue(o.val, d, tok)
-	if !c.pipe.do(ctx, o) {
-		return Result{}, fmt.Errorf("claim: %w", ctx.Err()) // the op stays the pipe's
+	if !c.pipe.do(ctx, c.waitBudget, o) {
+		// The op stays the pipe's. A call given up on is a failed call, as
+		// its timeout was: the breaker hears it (and a half-open probe ends).
+		err := cmp.Or(ctx.Err(), ErrSlow)
+		c.record(b, err)
+		return Result{}, fmt.Errorf("claim: %w", err)
 	}
 	old, err := o.reply, o.err
 	putOp(o)
@@ -341,11 +353,11 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 		return Result{}, fmt.Errorf("claim: %w", err)
 	}
 	if !found {
-		return Result{Verdict: Won, Token: tok}, nil
+		return Result{Verdict: Won, Token: tok, Epoch: st.gen}, nil
 	}
 	r := classify(old, d)
 	if r.Verdict == Busy && old[headerSize:] == string(tok[:]) {
-		return Result{Verdict: Won, Token: tok}, nil // our own write, seen again
+		return Result{Verdict: Won, Token: tok, Epoch: st.gen}, nil // our own write, seen again
 	}
 	if r.Verdict == Done && c.local != nil {
 		c.local.put(key, st.gen, d, r.Response)
@@ -445,8 +457,11 @@ type Completion struct {
 	// script. Overwriting is safe there: besides its own pending entry, the
 	// only entry it can meet is one written after that TTL by the next
 	// claimant, whose done entry holds the same committed answer (Postgres
-	// replays its first result to every duplicate).
+	// replays its first result to every duplicate). It counts only under
+	// the epoch the claim was won under (Epoch, from Result.Epoch): after
+	// a change the key is another, whose entry the script guards.
 	Owned bool
+	Epoch uint64
 }
 
 // CompleteMany runs Complete for each of cs in one round trip (a
@@ -468,7 +483,7 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 	var oidx, scripted []int
 	for i := range cs {
 		rk := st.key(cs[i].Key)
-		if !cs[i].Owned {
+		if !cs[i].Owned || cs[i].Epoch != st.gen {
 			scripted = append(scripted, i)
 			continue
 		}
@@ -483,6 +498,9 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 	}
 	if len(owned) > 0 {
 		if !c.pipe.carry(ctx, owned...) {
+			for _, b := range obrk {
+				c.record(b, ctx.Err()) // given up on: a failed call (see Claim)
+			}
 			return fmt.Errorf("complete: %w", ctx.Err()) // the ops stay the pipe's
 		}
 		for j, o := range owned {

@@ -254,13 +254,14 @@ func TestCacheConformance(t *testing.T) {
 
 			t.Run("an owned completion replaces its own pending entry in one SET", func(t *testing.T) {
 				k1, k2 := newKey(t), newKey(t)
-				if r := claim(k1, a); r.Verdict != claimcache.Won {
-					t.Fatalf("claim: %v", r.Verdict)
+				mine := claim(k1, a)
+				if mine.Verdict != claimcache.Won {
+					t.Fatalf("claim: %v", mine.Verdict)
 				}
 				claim(k2, a)
 				c.Complete(ctx, k2, a, []byte("first"))
 				err := c.CompleteMany(ctx, []claimcache.Completion{
-					{Key: k1, Digest: a, Response: []byte("mine"), Owned: true},
+					{Key: k1, Digest: a, Response: []byte("mine"), Owned: true, Epoch: mine.Epoch},
 					{Key: k2, Digest: a, Response: []byte("second")}, // not owned: the done entry stays
 				})
 				if err != nil {
@@ -273,6 +274,24 @@ func TestCacheConformance(t *testing.T) {
 					if r := claim(w.k, a); r.Verdict != claimcache.Done || r.Response != w.want {
 						t.Errorf("%s: %v %q, want done %q", w.k, r.Verdict, r.Response, w.want)
 					}
+				}
+			})
+
+			t.Run("an owned completion of another epoch keeps a done entry", func(t *testing.T) {
+				k := newKey(t)
+				won := claim(k, a)
+				if won.Verdict != claimcache.Won {
+					t.Fatalf("claim: %v", won.Verdict)
+				}
+				c.Complete(ctx, k, a, []byte("first"))
+				err := c.CompleteMany(ctx, []claimcache.Completion{
+					{Key: k, Digest: a, Response: []byte("second"), Owned: true, Epoch: won.Epoch + 1},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r := claim(k, a); r.Response != "first" {
+					t.Errorf("got %q, want the first answer: a claim won under another epoch owns nothing now", r.Response)
 				}
 			})
 

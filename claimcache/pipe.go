@@ -89,9 +89,11 @@ func putOp(o *op) {
 func newPipe(c Client) *pipe { return &pipe{client: c, slots: pipeSlots, carryWait: carryWait} }
 
 // do sends os (in one pipeline when they fit, with whatever else waits) and
-// waits until each has its answer or ctx ends. It reports whether every op
-// was answered: when not, the caller must not reuse the ops.
-func (p *pipe) do(ctx context.Context, os ...*op) bool {
+// waits until each has its answer, ctx ends, or limit passes (a Redis too
+// slow to serve its queue must not spend a request's budget). It reports
+// whether every op was answered: when not, the caller must not reuse the
+// ops.
+func (p *pipe) do(ctx context.Context, limit time.Duration, os ...*op) bool {
 	p.mu.Lock()
 	p.queue = append(p.queue, os...)
 	if p.inFlight == p.slots || p.inFlight > 0 && len(p.queue) < 2 {
@@ -103,10 +105,23 @@ func (p *pipe) do(ctx context.Context, os ...*op) bool {
 		p.send(batch)
 		p.next()
 	}
+	var late <-chan time.Time
 	for _, o := range os {
 		select {
 		case <-o.done:
+			continue
+		default:
+		}
+		if late == nil {
+			t := time.NewTimer(limit)
+			defer t.Stop()
+			late = t.C
+		}
+		select {
+		case <-o.done:
 		case <-ctx.Done():
+			return false
+		case <-late:
 			return false
 		}
 	}

@@ -2,6 +2,7 @@ package claimcache_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -44,8 +45,9 @@ func (g *gatedClient) sends() string {
 	return fmt.Sprintf("%d single, %d pipelines", g.singles.Load(), g.pipelines.Load())
 }
 
-// newGatedCache is a cache on miniredis whose single SETs wait at g's gate.
-func newGatedCache(t *testing.T) (*claimcache.Cache, *gatedClient) {
+// newGatedCache is a cache on miniredis (cfg, if given, its configuration)
+// whose sends wait at g's gate.
+func newGatedCache(t *testing.T, cfg ...claimcache.Config) (*claimcache.Cache, *gatedClient) {
 	t.Helper()
 	mini := miniredis.RunT(t)
 	client, err := claimcache.NewClient("redis://"+mini.Addr(), callTimeout, 0)
@@ -54,7 +56,12 @@ func newGatedCache(t *testing.T) (*claimcache.Cache, *gatedClient) {
 	}
 	t.Cleanup(func() { client.Close() })
 	g := &gatedClient{UniversalClient: client, gate: make(chan struct{})}
-	c, err := claimcache.New(claimcache.Config{Client: g})
+	var conf claimcache.Config
+	if len(cfg) > 0 {
+		conf = cfg[0]
+	}
+	conf.Client = g
+	c, err := claimcache.New(conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +168,14 @@ func TestCompletionRidesWithTheNextClaim(t *testing.T) {
 	claimcache.SetCarryWait(c, time.Hour) // only a claim sends it
 	ctx := context.Background()
 	done, next := newKey(t), newKey(t)
+	won, err := c.Claim(ctx, done, digest("a"))
+	if err != nil || won.Verdict != claimcache.Won {
+		t.Fatalf("claim: %v %v", won.Verdict, err)
+	}
+	g.singles.Store(0)
 	completed := make(chan error, 1)
 	go func() {
-		completed <- c.CompleteMany(ctx, []claimcache.Completion{{Key: done, Digest: digest("a"), Response: []byte("answer"), Owned: true}})
+		completed <- c.CompleteMany(ctx, []claimcache.Completion{{Key: done, Digest: digest("a"), Response: []byte("answer"), Owned: true, Epoch: won.Epoch}})
 	}()
 	claimcachetest.WaitFor(t, "the completion waiting to ride", func() (bool, string) {
 		return claimcache.PipeRiders(c) == 1, g.sends()
@@ -179,5 +191,36 @@ func TestCompletionRidesWithTheNextClaim(t *testing.T) {
 	}
 	if r, err := c.Claim(ctx, done, digest("a")); err != nil || r.Verdict != claimcache.Done || r.Response != "answer" {
 		t.Errorf("after the completion: %v %q %v, want done", r.Verdict, r.Response, err)
+	}
+}
+
+// A call that waits its turn longer than the cache's WaitBudget (Redis too
+// slow to serve the queue) gives up with ErrSlow, and the breaker and
+// OnError hear it as a failed call.
+func TestQueuedClaimGivesUpAtTheWaitBudget(t *testing.T) {
+	var slow atomic.Int64
+	c, g := newGatedCache(t, claimcache.Config{WaitBudget: 50 * time.Millisecond,
+		OnError: func(err error) {
+			if errors.Is(err, claimcache.ErrSlow) {
+				slow.Add(1)
+			}
+		}})
+	held := make(chan error, 1)
+	k, k2 := newKey(t), newKey(t)
+	go func() {
+		_, err := c.Claim(context.Background(), k, digest("a"))
+		held <- err
+	}()
+	claimcachetest.WaitFor(t, "a claim in flight", func() (bool, string) { return g.singles.Load() == 1, g.sends() })
+	_, err := c.Claim(context.Background(), k2, digest("a")) // queued behind it, never sent while the gate is shut
+	if !errors.Is(err, claimcache.ErrSlow) {
+		t.Errorf("a claim that waited past the budget: %v, want ErrSlow", err)
+	}
+	if slow.Load() != 1 {
+		t.Errorf("OnError heard %d slow calls, want 1", slow.Load())
+	}
+	close(g.gate)
+	if err := <-held; err != nil {
+		t.Error(err)
 	}
 }

@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -72,8 +73,9 @@ type ShipDecision struct {
 // ShipMany is Ship for each of items in one transaction and one round trip
 // for the statements: the messages a consumer reads together cost one
 // commit (one flush) instead of one each. The orders are locked in
-// order_no order, the global order of every writer that holds several, so
-// that two consumers' batches cannot deadlock. An error means nothing of
+// order_no order (then outbox id, for the inbox rows), the global order of
+// every writer that holds several, so that two consumers' batches cannot
+// deadlock. An error means nothing of
 // it committed: the caller ships each item alone (one item that fails must
 // not hold the others back).
 func (s *Store) ShipMany(ctx context.Context, consumer string, items []ShipItem) ([]ShipDecision, error) {
@@ -81,7 +83,11 @@ func (s *Store) ShipMany(ctx context.Context, consumer string, items []ShipItem)
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(items[a].OrderNo, items[b].OrderNo) })
+	// Each item's inbox row is locked before its order: two messages of one
+	// order (a re-sent row) must come in one order in every transaction too.
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(strings.Compare(items[a].OrderNo, items[b].OrderNo), cmp.Compare(items[a].OutboxID, items[b].OutboxID))
+	})
 	r := eventRules[Ship]
 	out := make([]ShipDecision, len(items))
 	shipped := false

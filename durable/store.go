@@ -83,8 +83,8 @@ type Config struct {
 	// GroupBatches is how many transactions group commit may have in
 	// flight at once (default 2): one batch at a time (a second would
 	// split the same deliveries into smaller batches), and beside it lone
-	// deliveries, which may wait for a lock, so that one waiting delivery
-	// never holds back the rest.
+	// deliveries, which may wait for a lock: while a slot is free, a
+	// waiting delivery holds back none of the rest.
 	GroupBatches int
 	// GroupSize caps a batch's deliveries (default 64).
 	GroupSize int

@@ -30,7 +30,8 @@ type cleanupJob struct {
 	token    claimcache.Token
 	response []byte
 	complete bool
-	owned    bool // the request won the claim (claimcache.Completion.Owned)
+	owned    bool   // the request won the claim (claimcache.Completion.Owned)
+	epoch    uint64 // the cache epoch it won it under
 }
 
 // cleanupWorkers run the calls; cleanupQueue bounds what waits for them;
@@ -60,7 +61,7 @@ func (cc *cacheCleanup) run() {
 		completions = completions[:0]
 		for _, j := range batch {
 			if j.complete {
-				completions = append(completions, claimcache.Completion{Key: j.key, Digest: j.digest, Response: j.response, Owned: j.owned})
+				completions = append(completions, claimcache.Completion{Key: j.key, Digest: j.digest, Response: j.response, Owned: j.owned, Epoch: j.epoch})
 			} else {
 				_ = cc.cache.Abort(context.Background(), j.key, j.digest, j.token)
 			}
@@ -93,10 +94,10 @@ func (cc *cacheCleanup) drain(batch []*cleanupJob) []*cleanupJob {
 }
 
 // complete queues a Complete of key with response (both copied); owned
-// says the request won the key's claim.
-func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte, owned bool) {
+// says the request won the key's claim, under epoch.
+func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte, owned bool, epoch uint64) {
 	j := cc.free.Get().(*cleanupJob)
-	j.key, j.digest, j.complete, j.owned = append(j.key[:0], key...), d, true, owned
+	j.key, j.digest, j.complete, j.owned, j.epoch = append(j.key[:0], key...), d, true, owned, epoch
 	j.response = append(j.response[:0], response...)
 	cc.enqueue(j)
 }

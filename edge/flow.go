@@ -95,7 +95,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 	var owned claimcache.Result
 	cacheUp := false
 	if s.cache != nil {
-		r, err := s.cache.Claim(context.Background(), x.d.Key, x.d.Sum) // bounded by the client's call timeout
+		r, err := s.cache.Claim(context.Background(), x.d.Key, x.d.Sum) // bounded by the call timeout and the cache's WaitBudget
 		if err == nil && r.Verdict == claimcache.Busy {
 			wctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
 			r, err = s.cache.Wait(wctx, x.d.Key, x.d.Sum)
@@ -140,7 +140,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 		if cacheUp {
 			// Committed: from now on the cache may answer with these bytes.
 			x.cached = encodeCached(x.cached[:0], x.verdict.HTTP, x.ctype, x.body)
-			s.cleanup.complete(x.d.Key, x.d.Sum, x.cached, owned.Verdict == claimcache.Won) // after the answer
+			s.cleanup.complete(x.d.Key, x.d.Sum, x.cached, owned.Verdict == claimcache.Won, owned.Epoch) // after the answer
 		}
 		return
 	}
