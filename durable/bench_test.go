@@ -3,6 +3,9 @@ package durable_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -198,4 +201,56 @@ func BenchmarkRawReplay(b *testing.B) {
 		var hash, result string
 		return bb.db.QueryRow(ctx, rawReplay, n.BizKey).Scan(&hash, &result)
 	})
+}
+
+// What one batch statement costs Postgres per payment, by batch size: one
+// session decides b.N batches of k payments of pending orders in turn, and
+// the backend's own CPU (from /proc, so Postgres must run here) is divided
+// by the payments. k = 1 is the one-at-a-time statement. With -bench the
+// cluster has fsync on, so each batch's commit flush is in the figure.
+func BenchmarkBatchSize(b *testing.B) {
+	for _, k := range []int{1, 4, 16, 32, 64} {
+		b.Run(fmt.Sprintf("k=%d", k), func(b *testing.B) {
+			bb := benchBundle(b)
+			s, err := durable.New(context.Background(), durable.Config{URL: bb.url, MaxConns: 1, MinConns: 1, GroupCommit: true, NoMigrate: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(s.Close)
+			ctx := context.Background()
+			notes := seedPending(b, bb, b.N*k)
+			pid, err := durable.CallbackBackendPID(ctx, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			before := backendTicks(b, pid)
+			b.ResetTimer()
+			for i := range b.N {
+				if o, err := durable.DecideTogether(ctx, s, notes[i*k:(i+1)*k]); err != nil || o != durable.Applied {
+					b.Fatalf("batch %d: %v %v", i, o, err)
+				}
+			}
+			b.StopTimer()
+			ticks := backendTicks(b, pid) - before
+			b.ReportMetric(float64(ticks)*1e6/float64(clkTck)/float64(b.N*k), "pg-µs/payment")
+		})
+	}
+}
+
+// clkTck is the kernel's clock ticks per second, the unit of /proc's CPU
+// times (100 on Linux).
+const clkTck = 100
+
+// backendTicks reads a process's user and system CPU time, in clock ticks.
+func backendTicks(b *testing.B, pid int) int {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Skipf("Postgres does not run on this machine: %v", err)
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return utime + stime
 }

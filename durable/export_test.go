@@ -91,3 +91,29 @@ func RelaySetting(ctx context.Context, s *Store, name string) (string, error) {
 	err = conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
 	return v, err
 }
+
+// DecideTogether decides ns as group commit decides a batch of them (one
+// alone: the one-at-a-time statement), on s's callback pool, and returns
+// the first one's outcome.
+func DecideTogether(ctx context.Context, s *Store, ns []Notification) (Outcome, error) {
+	if len(ns) == 1 {
+		r, err := s.processOne(ctx, &ns[0])
+		return r.Outcome, err
+	}
+	batch := make([]*member, len(ns))
+	for i := range ns {
+		batch[i] = &member{n: ns[i], ctx: ctx, out: make(chan answer, 1)}
+	}
+	res, _, err := s.processBatch(ctx, batch)
+	if err != nil {
+		return 0, err
+	}
+	return res[0].res.Outcome, res[0].err
+}
+
+// CallbackBackendPID returns the backend pid of a session of s's callback
+// pool (the only one, with MaxConns 1).
+func CallbackBackendPID(ctx context.Context, s *Store) (pid int, err error) {
+	err = s.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
+	return pid, err
+}
