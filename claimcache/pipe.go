@@ -60,8 +60,8 @@ const (
 )
 
 // op is one call through the pipe. The caller owns it until done is
-// signalled; a caller that gives up before (its context ended) leaves it to
-// the pipe and never reuses it.
+// signalled; a caller that gives up before (its context ended, or it waited
+// its limit) leaves it to the pipe and never reuses it.
 type op struct {
 	kind opKind
 	rk   string
