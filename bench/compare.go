@@ -45,7 +45,8 @@ var compareFigures = []struct {
 
 // Compare sets two builds side by side: for every scenario both ran, the
 // median over each build's runs of req/s and of the CPU µs per request of
-// the edge, Postgres, Redis and the whole machine, and the ratio of the
+// the edge, Postgres (and of it, the edge's sessions, where both builds
+// tell them apart), Redis and the whole machine, and the ratio of the
 // second build's median to the first's. The spread between one build's own
 // runs is printed too: a ratio inside it is noise.
 func Compare(before, after Build) string {

@@ -4,20 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notifyedge/notifyedge/bench/procstat"
 )
 
 // The bench measures cost as well as speed: the CPU time each part used
@@ -100,19 +99,22 @@ func (p *cpuProbe) sample() cpuSample {
 		redisPID = redisServerPID(p.redis)
 	}
 	var edgeBackends []int
+	edgeOK := false
 	if p.edgeApp != "" {
-		edgeBackends = p.backendsOf(p.edgeApp) // asked before the ticks are read, as redis's pid is
+		var err error
+		edgeBackends, err = p.backendsOf(p.edgeApp) // asked before the ticks are read, as redis's pid is
+		edgeOK = err == nil
 	}
 	procs, err := readAllProcStats()
 	if err != nil {
 		return s
 	}
-	if edgeBackends != nil {
+	if edgeOK {
 		// A backend's own time: the edge's pools keep their connections, so
 		// the same backends are read before and after an attack.
 		for _, pid := range edgeBackends {
 			if st, ok := procs[pid]; ok {
-				s.ticks[colPostgresEdge] += st.utime + st.stime
+				s.ticks[colPostgresEdge] += st.UTime + st.STime
 			}
 		}
 		s.ok[colPostgresEdge], s.pids[colPostgresEdge] = true, p.postgres
@@ -132,7 +134,7 @@ func (p *cpuProbe) sample() cpuSample {
 	// collect the children it reaps (Postgres, redis-server, the parts),
 	// which are other columns.
 	if self, ok := procs[os.Getpid()]; ok {
-		s.ticks[colDriver], s.ok[colDriver] = self.utime+self.stime, true
+		s.ticks[colDriver], s.ok[colDriver] = self.UTime+self.STime, true
 	}
 	return s
 }
@@ -142,7 +144,7 @@ func (p *cpuProbe) sample() cpuSample {
 func cost(before, after cpuSample, n int) CPUCost {
 	var out [nCols]*float64
 	if n > 0 {
-		us := 1e6 / float64(clockTicks())
+		us := 1e6 / float64(procstat.ClockTicks())
 		for col := range nCols {
 			if !before.ok[col] || !after.ok[col] || before.pids[col] != after.pids[col] || after.ticks[col] < before.ticks[col] {
 				continue
@@ -156,60 +158,19 @@ func cost(before, after cpuSample, n int) CPUCost {
 }
 
 // backendsOf returns the pids of the backends whose application_name is
-// app (nil if they cannot be read).
-func (p *cpuProbe) backendsOf(app string) []int {
+// app.
+func (p *cpuProbe) backendsOf(app string) ([]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	rows, err := p.db.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil
-	}
-	return append(make([]int, 0, len(pids)), pids...)
+	return pgx.CollectRows(rows, pgx.RowTo[int])
 }
 
-// procStat is what the bench reads of one /proc/<pid>/stat, in clock ticks.
-type procStat struct {
-	ppid                         int
-	utime, stime, cutime, cstime uint64
-}
-
-// readProcStat parses /proc/<pid>/stat.
-func readProcStat(pid int) (procStat, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return procStat{}, err
-	}
-	return parseProcStat(b)
-}
-
-// parseProcStat reads fields 4 (ppid) and 14-17 (utime, stime, cutime,
-// cstime) of proc(5)'s stat line. The command name (field 2) may hold
-// spaces and parentheses: the fields are counted from its last ')'.
-func parseProcStat(b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, errors.New("bench: /proc stat: no command name")
-	}
-	f := strings.Fields(string(b[i+1:])) // f[0] is field 3, the state
-	if len(f) < 15 {
-		return procStat{}, fmt.Errorf("bench: /proc stat: %d fields after the name", len(f))
-	}
-	var st procStat
-	var err error
-	if st.ppid, err = strconv.Atoi(f[1]); err != nil {
-		return procStat{}, fmt.Errorf("bench: /proc stat ppid: %w", err)
-	}
-	for j, dst := range []*uint64{&st.utime, &st.stime, &st.cutime, &st.cstime} {
-		if *dst, err = strconv.ParseUint(f[11+j], 10, 64); err != nil {
-			return procStat{}, fmt.Errorf("bench: /proc stat field %d: %w", 14+j, err)
-		}
-	}
-	return st, nil
-}
+// procStat is what the bench reads of one /proc/<pid>/stat.
+type procStat = procstat.Stat
 
 // readAllProcStats reads every process's stat at once: one scan of /proc
 // serves all columns of a sample.
@@ -224,7 +185,7 @@ func readAllProcStats() (map[int]procStat, error) {
 		if err != nil {
 			continue
 		}
-		if st, err := readProcStat(pid); err == nil { // gone meanwhile: skip it
+		if st, err := procstat.Read(pid); err == nil { // gone meanwhile: skip it
 			out[pid] = st
 		}
 	}
@@ -253,10 +214,10 @@ func treeTicks(procs map[int]procStat, root int) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	t := r.utime + r.stime + r.cutime + r.cstime
+	t := r.UTime + r.STime + r.CUTime + r.CSTime
 	for pid, st := range procs {
-		if st.ppid == root && pid != root {
-			t += st.utime + st.stime + st.cutime + st.cstime
+		if st.PPID == root && pid != root {
+			t += st.UTime + st.STime + st.CUTime + st.CSTime
 		}
 	}
 	return t, true
@@ -287,22 +248,6 @@ func machineBusyTicks() (uint64, error) {
 	return busy, nil
 }
 
-var clkTck = sync.OnceValue(func() int {
-	// /proc counts in USER_HZ clock ticks. Go cannot call sysconf without
-	// cgo, so ask getconf; Linux fixes USER_HZ at 100 on every architecture
-	// Go runs on, which is the fallback.
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil && n > 0 {
-			return n
-		}
-	}
-	return 100
-})
-
-// clockTicks is the number of /proc clock ticks per second.
-func clockTicks() int { return clkTck() }
-
 // postmasterPID finds the Postgres server behind db on this machine, or
 // returns 0. The pid in postmaster.pid under the server's data directory
 // must be the parent of the backend serving this very query: a database on
@@ -324,7 +269,7 @@ func postmasterPID(ctx context.Context, db *pgxpool.Pool) int {
 	if err != nil {
 		return 0
 	}
-	if st, err := readProcStat(backend); err != nil || st.ppid != pid {
+	if st, err := procstat.Read(backend); err != nil || st.PPID != pid {
 		return 0
 	}
 	return pid

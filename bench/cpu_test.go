@@ -3,37 +3,23 @@ package bench
 import (
 	"os"
 	"testing"
+
+	"github.com/notifyedge/notifyedge/bench/procstat"
 )
 
-// The command name may hold spaces and parentheses: fields are counted
-// from its last ')'.
-func TestParseProcStat(t *testing.T) {
-	line := "4242 (post (gres) x) S 17 4242 4242 0 -1 4194560 100 0 0 0 11 22 33 44 20 0 1 0 31274 3133440 422\n"
-	st, err := parseProcStat([]byte(line))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st != (procStat{ppid: 17, utime: 11, stime: 22, cutime: 33, cstime: 44}) {
-		t.Errorf("parsed %+v", st)
-	}
-	if _, err := parseProcStat([]byte("4242 (x) S 1 2")); err == nil {
-		t.Error("a short line parsed")
-	}
-}
-
 // A backend that exits moves its time from the running children to the
-// postmaster's cutime/cstime: the tree's total does not drop.
+// postmaster's cutime/CSTime: the tree's total does not drop.
 func TestTreeTicksKeepsExitedChildren(t *testing.T) {
 	before := map[int]procStat{
-		10: {ppid: 1, utime: 5, stime: 5},
-		11: {ppid: 10, utime: 100, stime: 50},
-		12: {ppid: 10, utime: 7, stime: 3},
-		99: {ppid: 1, utime: 1000}, // not ours
+		10: {PPID: 1, UTime: 5, STime: 5},
+		11: {PPID: 10, UTime: 100, STime: 50},
+		12: {PPID: 10, UTime: 7, STime: 3},
+		99: {PPID: 1, UTime: 1000}, // not ours
 	}
 	after := map[int]procStat{
-		10: {ppid: 1, utime: 6, stime: 5, cutime: 110, cstime: 55}, // 11 exited after 10 more ticks of user, 5 of system
-		12: {ppid: 10, utime: 9, stime: 3},
-		99: {ppid: 1, utime: 2000},
+		10: {PPID: 1, UTime: 6, STime: 5, CUTime: 110, CSTime: 55}, // 11 exited after 10 more ticks of user, 5 of system
+		12: {PPID: 10, UTime: 9, STime: 3},
+		99: {PPID: 1, UTime: 2000},
 	}
 	b, _ := treeTicks(before, 10)
 	a, _ := treeTicks(after, 10)
@@ -55,7 +41,7 @@ func TestCostEmptyWhenUnreadable(t *testing.T) {
 	after.ticks[colRedis], after.ok[colRedis], after.pids[colRedis] = 300, true, 9
 	after.ok[colMachine] = true
 	c := cost(before, after, 1000)
-	if want := 200 * 1e6 / float64(clockTicks()) / 1000; c.Edge == nil || *c.Edge != want {
+	if want := 200 * 1e6 / float64(procstat.ClockTicks()) / 1000; c.Edge == nil || *c.Edge != want {
 		t.Errorf("edge %v, want %v", c.Edge, want)
 	}
 	if c.Redis != nil || c.Machine != nil || c.Postgres != nil {
@@ -74,7 +60,7 @@ func TestReadsThisMachine(t *testing.T) {
 	if _, ok := procs[os.Getpid()]; !ok {
 		t.Error("this process not found under /proc")
 	}
-	if n := clockTicks(); n <= 0 {
+	if n := procstat.ClockTicks(); n <= 0 {
 		t.Errorf("CLK_TCK %d", n)
 	}
 }

@@ -477,16 +477,20 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 	}
 	// Each completion goes to its key's node and answers to that node's
 	// breaker: one whose breaker is open is skipped (a lost Complete).
+	type ownedCall struct {
+		o *op
+		b *breaker
+		i int // in cs
+	}
 	var first error
-	var owned []*op
-	var obrk []*breaker
-	var oidx, scripted []int
+	var owned []ownedCall
+	var scripted []int
 	for i := range cs {
-		rk := st.key(cs[i].Key)
 		if !cs[i].Owned || cs[i].Epoch != st.gen {
 			scripted = append(scripted, i)
 			continue
 		}
+		rk := st.key(cs[i].Key)
 		b := c.breakers.forKey(ctx, rk)
 		if !b.allow() {
 			first = cmp.Or(first, ErrBreakerOpen)
@@ -494,26 +498,29 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 		}
 		o := getOp(opSet, rk, c.resultTTL)
 		o.val = append(append(append(o.val, kindDone), cs[i].Digest[:]...), cs[i].Response...)
-		owned, obrk, oidx = append(owned, o), append(obrk, b), append(oidx, i)
+		owned = append(owned, ownedCall{o, b, i})
 	}
 	if len(owned) > 0 {
-		if !c.pipe.carry(ctx, owned...) {
-			for _, b := range obrk {
-				c.record(b, ctx.Err()) // given up on: a failed call (see Claim)
+		ops := make([]*op, len(owned))
+		for j := range owned {
+			ops[j] = owned[j].o
+		}
+		if !c.pipe.carry(ctx, ops...) {
+			for _, w := range owned {
+				c.record(w.b, ctx.Err()) // given up on: a failed call (see Claim)
 			}
 			return fmt.Errorf("complete: %w", ctx.Err()) // the ops stay the pipe's
 		}
-		for j, o := range owned {
-			err := o.err
-			putOp(o)
-			c.record(obrk[j], err)
+		for _, w := range owned {
+			err := w.o.err
+			putOp(w.o)
+			c.record(w.b, err)
 			if err != nil {
 				first = cmp.Or(first, err)
 				continue
 			}
 			if c.local != nil {
-				i := oidx[j]
-				c.local.put(cs[i].Key, st.gen, cs[i].Digest, string(cs[i].Response))
+				c.local.put(cs[w.i].Key, st.gen, cs[w.i].Digest, string(cs[w.i].Response))
 			}
 		}
 	}

@@ -99,11 +99,7 @@ func (p *pipe) do(ctx context.Context, limit time.Duration, os ...*op) bool {
 	if p.inFlight == p.slots || p.inFlight > 0 && len(p.queue) < 2 {
 		p.mu.Unlock() // the next batch to end takes them
 	} else {
-		p.inFlight++
-		batch := p.take()
-		p.mu.Unlock()
-		p.send(batch)
-		p.next()
+		p.lead()
 	}
 	var late <-chan time.Time
 	for _, o := range os {
@@ -172,6 +168,12 @@ func (p *pipe) kick() {
 		p.mu.Unlock()
 		return
 	}
+	p.lead()
+}
+
+// lead takes a free slot (p.mu held, and released here), sends the next
+// batch on the caller's goroutine, then hands on what queued meanwhile.
+func (p *pipe) lead() {
 	p.inFlight++
 	batch := p.take()
 	p.mu.Unlock()

@@ -3,14 +3,12 @@ package durable_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/notifyedge/notifyedge/bench/procstat"
 	"github.com/notifyedge/notifyedge/durable"
 )
 
@@ -232,25 +230,18 @@ func BenchmarkBatchSize(b *testing.B) {
 			}
 			b.StopTimer()
 			ticks := backendTicks(b, pid) - before
-			b.ReportMetric(float64(ticks)*1e6/float64(clkTck)/float64(b.N*k), "pg-µs/payment")
+			b.ReportMetric(float64(ticks)*1e6/float64(procstat.ClockTicks())/float64(b.N*k), "pg-µs/payment")
 		})
 	}
 }
 
-// clkTck is the kernel's clock ticks per second, the unit of /proc's CPU
-// times (100 on Linux).
-const clkTck = 100
-
-// backendTicks reads a process's user and system CPU time, in clock ticks.
-func backendTicks(b *testing.B, pid int) int {
+// backendTicks reads a process's own user and system CPU time, in clock
+// ticks; a Postgres that does not run here skips the benchmark.
+func backendTicks(b *testing.B, pid int) uint64 {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		b.Skipf("Postgres does not run on this machine: %v", err)
 	}
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	utime, _ := strconv.Atoi(f[11])
-	stime, _ := strconv.Atoi(f[12])
-	return utime + stime
+	return st.UTime + st.STime
 }

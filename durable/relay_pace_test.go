@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 )
 
@@ -60,17 +61,10 @@ func TestRelayGathersWakeUps(t *testing.T) {
 			t.Fatalf("%s: %+v %v", o, r, err)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, rows, _ := p.counts(); rows == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			_, rows, _ := p.counts()
-			t.Fatalf("%d of %d rows published after 30 s", rows, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, fmt.Sprintf("all %d rows published", n), func() (bool, string) {
+		_, rows, _ := p.counts()
+		return rows == n, fmt.Sprintf("%d published", rows)
+	})
 	batches, _, last := p.counts()
 	// The first batch may come at once, and each later one no sooner than
 	// the pace after the one before: slower is always allowed.
