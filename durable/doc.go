@@ -197,6 +197,12 @@
 //	      notifyedge_move.
 //	    Writes: consumer_inbox, biz_order, outbox, shipment.
 //	    Commits: when the statement ends.
+//	ShipMany (the shipping consumer, one read's messages), callback pool.
+//	    SQL: sqlShipBatch: notifyedge_ship_batch (set-based: the inbox
+//	      rows, then the orders locked in order_no order, then one UPDATE
+//	      with its outbox rows and shipments).
+//	    Writes: consumer_inbox, biz_order, outbox, shipment.
+//	    Commits: when the statement ends.
 //	PutOrder, PatchOrder (the orders API), operator pool.
 //	    SQL: INSERT ... ON CONFLICT DO NOTHING, or UPDATE ... WHERE status
 //	      = 'PENDING_PAY', of biz_order; then, when it changed nothing, a

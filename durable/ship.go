@@ -1,11 +1,8 @@
 package durable
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -70,48 +67,49 @@ type ShipDecision struct {
 	Status State
 }
 
-// ShipMany is Ship for each of items in one transaction and one round trip
-// for the statements: the messages a consumer reads together cost one
-// commit (one flush) instead of one each. The orders are locked in
-// order_no order (then outbox id, for the inbox rows), the global order of
-// every writer that holds several, so that two consumers' batches cannot
-// deadlock. An error means nothing of
-// it committed: the caller ships each item alone (one item that fails must
-// not hold the others back).
+const sqlShipBatch = `SELECT o_result, o_status FROM notifyedge_ship_batch($1, $2, $3, $4, $5, $6, $7)`
+
+// ShipMany is Ship for each of items in one statement, decided as sets:
+// the messages a consumer reads together cost one commit (one flush) and a
+// handful of statements instead of one each. Each item gets what Ship
+// gives it when the items are shipped one by one in (order_no, outbox id)
+// order: a repeated outbox id is a duplicate, and of several messages of
+// one order the first ships it. The orders are locked in order_no order
+// (after the inbox rows, by outbox id), the global order of every writer
+// that holds several, so that two consumers' batches cannot deadlock.
+//
+// After an error the caller ships each item alone (one item that fails
+// must not hold the others back): whatever the statement did commit then
+// comes back as duplicates, through the inbox rows.
 func (s *Store) ShipMany(ctx context.Context, consumer string, items []ShipItem) ([]ShipDecision, error) {
-	order := make([]int, len(items))
-	for i := range order {
-		order[i] = i
+	ids := make([]*int64, len(items))
+	orders := make([]string, len(items))
+	for i, it := range items {
+		ids[i], orders[i] = inboxID(it.OutboxID), it.OrderNo
 	}
-	// Each item's inbox row is locked before its order: two messages of one
-	// order (a re-sent row) must come in one order in every transaction too.
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Or(strings.Compare(items[a].OrderNo, items[b].OrderNo), cmp.Compare(items[a].OutboxID, items[b].OutboxID))
-	})
 	r := eventRules[Ship]
-	out := make([]ShipDecision, len(items))
+	rows, err := s.pool.Query(ctx, sqlShipBatch, consumer, ids, orders, r.from, r.act, r.to, r.topic)
+	if err != nil {
+		return nil, wrap(ctx, fmt.Sprintf("ship %d orders", len(items)), err)
+	}
+	out := make([]ShipDecision, 0, len(items))
 	shipped := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		for _, i := range order {
-			b.Queue(sqlShip, consumer, inboxID(items[i].OutboxID), items[i].OrderNo, r.from, r.act, r.to, r.topic)
+	var result, status *string
+	_, err = pgx.ForEachRow(rows, []any{&result, &status}, func() error {
+		if len(out) == len(items) {
+			return fmt.Errorf("more decisions than the %d items", len(items))
 		}
-		br := tx.SendBatch(ctx, b)
-		defer br.Close()
-		for _, i := range order {
-			var result, status *string
-			if err := br.QueryRow().Scan(&result, &status); err != nil {
-				return err
-			}
-			d, err := decodeShip(items[i].OrderNo, result, status)
-			if err != nil {
-				return err
-			}
-			out[i] = d
-			shipped = shipped || d.Result == ShipApplied
+		d, err := decodeShip(items[len(out)].OrderNo, result, status)
+		if err != nil {
+			return err
 		}
-		return br.Close()
+		out = append(out, d)
+		shipped = shipped || d.Result == ShipApplied
+		return nil
 	})
+	if err == nil && len(out) != len(items) {
+		err = fmt.Errorf("%d decisions for %d items", len(out), len(items))
+	}
 	if err != nil {
 		return nil, wrap(ctx, fmt.Sprintf("ship %d orders", len(items)), err)
 	}

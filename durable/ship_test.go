@@ -1,8 +1,12 @@
 package durable_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +68,131 @@ func TestShipManyFailsWhole(t *testing.T) {
 	}
 	if b.status(t, "SF-1") != durable.Paid {
 		t.Errorf("SF-1 moved to %s in a failed ShipMany", b.status(t, "SF-1"))
+	}
+}
+
+// ShipMany decides as sets what Ship decides one message at a time: on
+// twin orders (same states, names with another prefix), random batches with
+// repeated outbox ids, several messages of one order, internal-path items,
+// unknown orders and ids handled in an earlier batch get the decisions,
+// outbox rows and shipments that shipping them one by one in (order_no,
+// outbox id) order gives.
+func TestShipManyMatchesShipOneByOne(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	rnd := rand.New(rand.NewPCG(28, 4))
+	states := []durable.State{durable.Paid, durable.Paid, durable.Paid, durable.PendingPay, durable.Shipped, durable.Closed, durable.Refunded}
+	const orders = 24
+	for i := range orders - 2 { // the last two stay unknown
+		st := states[rnd.IntN(len(states))]
+		b.order(t, fmt.Sprintf("MANY-%02d", i), st, 100, "CNY")
+		b.order(t, fmt.Sprintf("ONE-%02d", i), st, 100, "CNY")
+	}
+	for round := range 6 {
+		var batch []durable.ShipItem
+		for range 1 + rnd.IntN(12) {
+			var id int64 // 0: an internal path
+			if rnd.IntN(6) > 0 {
+				id = int64(1 + rnd.IntN(40)) // small: repeats within and across batches
+			}
+			batch = append(batch, durable.ShipItem{OutboxID: id, OrderNo: fmt.Sprintf("%02d", rnd.IntN(orders))})
+		}
+		many := make([]durable.ShipItem, len(batch))
+		for i, it := range batch {
+			many[i] = durable.ShipItem{OutboxID: it.OutboxID, OrderNo: "MANY-" + it.OrderNo}
+		}
+		got, err := b.store.ShipMany(ctx, "many", many)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		// One by one, in the order ShipMany promises to decide in.
+		order := make([]int, len(batch))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(x, y int) int {
+			bx, by := batch[x], batch[y]
+			if c := strings.Compare(bx.OrderNo, by.OrderNo); c != 0 {
+				return c
+			}
+			if (bx.OutboxID == 0) != (by.OutboxID == 0) { // an internal path's item last
+				if bx.OutboxID == 0 {
+					return 1
+				}
+				return -1
+			}
+			return cmp.Compare(bx.OutboxID, by.OutboxID)
+		})
+		want := make([]durable.ShipDecision, len(batch))
+		for _, i := range order {
+			r, st, err := b.store.Ship(ctx, "one", batch[i].OutboxID, "ONE-"+batch[i].OrderNo)
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			want[i] = durable.ShipDecision{Result: r, Status: st}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("round %d: batch %v\nShipMany  %v\none by one %v", round, batch, got, want)
+		}
+	}
+	rows := func(prefix string) string {
+		t.Helper()
+		var out string
+		err := b.db.QueryRow(ctx, `SELECT coalesce(string_agg(line, E'\n' ORDER BY line), '') FROM (
+		    SELECT 'order ' || substr(order_no, length($1) + 1) || ' ' || status AS line FROM biz_order WHERE order_no LIKE $1 || '%'
+		    UNION ALL
+		    SELECT 'outbox ' || topic || ' ' || replace(payload::text, $1, '') FROM outbox WHERE order_no LIKE $1 || '%'
+		    UNION ALL
+		    SELECT 'shipment ' || substr(order_no, length($1) + 1) || ' ' || coalesce(outbox_id::text, '-') FROM shipment WHERE order_no LIKE $1 || '%'
+		    UNION ALL
+		    SELECT 'inbox ' || outbox_id FROM consumer_inbox WHERE consumer = lower(rtrim($1, '-'))) l`, prefix).Scan(&out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if many, one := rows("MANY-"), rows("ONE-"); many != one {
+		t.Errorf("rows differ\nShipMany:\n%s\none by one:\n%s", many, one)
+	}
+	if n := b.count(t, `SELECT count(*) FROM shipment WHERE order_no LIKE 'MANY-%'`); n == 0 {
+		t.Error("nothing shipped: the comparison saw no move")
+	}
+}
+
+// Consumers whose batches share orders, in opposite orders, neither
+// deadlock nor ship an order twice: every batch locks its inbox rows and
+// orders in one global order.
+func TestShipManyConcurrentBatchesShareOrders(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	const orders = 16
+	var all []durable.ShipItem
+	for i := range orders {
+		o := fmt.Sprintf("SC-%02d", i)
+		b.order(t, o, durable.Paid, 100, "CNY")
+		all = append(all, durable.ShipItem{OutboxID: int64(100 + i), OrderNo: o})
+	}
+	errs := make(chan error, 8)
+	for w := range cap(errs) {
+		go func() {
+			batch := slices.Clone(all)
+			if w%2 == 1 {
+				slices.Reverse(batch)
+			}
+			// A second consumer group ships through other inbox rows.
+			_, err := b.store.ShipMany(ctx, fmt.Sprintf("shipper-%d", w%3), batch)
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM shipment`); n != orders {
+		t.Errorf("%d shipments of %d orders", n, orders)
+	}
+	if n := b.count(t, `SELECT count(*) FROM outbox WHERE topic = 'ORDER_SHIPPED'`); n != orders {
+		t.Errorf("%d ORDER_SHIPPED rows for %d orders", n, orders)
 	}
 }
