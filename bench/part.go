@@ -122,7 +122,7 @@ func servePart(raw string, in io.Reader, out, logs io.Writer) int {
 		report(partReady{Error: fmt.Sprintf("bench part %s: %v", spec.Role, err)})
 		return 1
 	}
-	if path := os.Getenv(EdgeProfileEnv); path != "" && spec.Role == roleEdge {
+	if path := os.Getenv(profileEnv[spec.Role]); path != "" {
 		stop, err := startCPUProfile(path)
 		if err != nil {
 			stopAll()
@@ -141,6 +141,13 @@ func servePart(raw string, in io.Reader, out, logs io.Writer) int {
 // CPU profile of everything it serves there (go tool pprof reads it with
 // the edgebench binary): where a request's edge microseconds go.
 const EdgeProfileEnv = "NOTIFYEDGE_BENCH_EDGE_CPUPROFILE"
+
+// RelayProfileEnv is EdgeProfileEnv for the process of the outbox relay
+// and the reference shipper.
+const RelayProfileEnv = "NOTIFYEDGE_BENCH_RELAY_CPUPROFILE"
+
+// profileEnv names, per part role, the variable that asks for its profile.
+var profileEnv = map[string]string{roleEdge: EdgeProfileEnv, roleRelay: RelayProfileEnv}
 
 // startCPUProfile profiles this process into path until the returned stop.
 func startCPUProfile(path string) (stop func(), err error) {
