@@ -105,10 +105,19 @@
 // (0.37 of the CPU, 1.89 times the deliveries), and the edge's, Postgres's
 // and Redis's CPU together fell to 0.46 of one at a time. A lone delivery
 // waits for nothing (its median latency at one caller was 1.02 times one at
-// a time's): batching is natural, never timed. A delivery that finds no
-// batch in flight starts one at once with whatever waits; while a batch is
-// in flight, deliveries queue, and it takes them all (up to GroupSize) when
-// it ends.
+// a time's). A delivery that finds no batch in flight starts one at once
+// with whatever waits; while a batch is in flight, deliveries queue, and
+// it takes them all (up to GroupSize) when it ends.
+//
+// One wait is timed. A batch of two or more that ends with nobody queued
+// keeps its slot for up to Config.GroupLinger (3 ms) or until as many
+// deliveries as it decided have queued: the callers it answered, coming
+// back. Without it, at 64 callers through the edge about 40 % of the
+// transactions were lone deliveries (75 a second beside 110 batches), each
+// costing Postgres what a batch of five does; with 3 ms, 35 a second beside
+// 170 batches, and in that run the edge's sessions cost Postgres 90 µs per
+// first delivery against 109-114 µs without it. A batch of one never
+// lingers, so one caller at a time waits for nothing.
 //
 // Batches go one at a time. Config.GroupBatches (default 2) bounds the
 // transactions in flight: one batch, and beside it lone deliveries, which

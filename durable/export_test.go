@@ -69,6 +69,14 @@ func GroupQueued(s *Store) int {
 	return len(s.group.queue)
 }
 
+// GroupLingering reports whether a batch that ended waits for the next
+// one's deliveries, and how many runs hold a slot.
+func GroupLingering(s *Store) (lingering bool, inFlight int) {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return s.group.want > 0, s.group.inFlight
+}
+
 // MigrationLock is the key of the migration's session advisory lock.
 const MigrationLock = migrationLock
 

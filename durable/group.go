@@ -23,18 +23,27 @@ import (
 // batch's commit and set-up are most of what it costs Postgres. A batch
 // never waits for a lock (past its short lock_timeout), so nothing waits
 // long behind it; a lone delivery may (as long as its budget), so behind
-// lone deliveries the free slots are taken at once. No timer ever holds a
-// delivery back.
+// lone deliveries the free slots are taken at once.
+//
+// One timer: a batch of two or more that ends with nobody queued behind it
+// keeps its slot for up to linger, until as many deliveries as it decided
+// have queued (its callers coming back), and decides them together. Under
+// load that turns the lone transactions that would start the next round
+// into members of one batch; at one caller at a time (batches of one)
+// nothing ever waits.
 type group struct {
 	s           *Store
-	slots       int    // batches in flight at most
-	size        int    // deliveries per batch at most
-	lockTimeout string // the batch's lock_timeout, in ms
+	slots       int           // batches in flight at most
+	size        int           // deliveries per batch at most
+	lockTimeout string        // the batch's lock_timeout, in ms
+	linger      time.Duration // <= 0: a batch that ends never waits
 
 	mu       sync.Mutex
 	queue    []*member
 	inFlight int
-	lones    int // of inFlight, lone deliveries (which may wait on a lock)
+	lones    int           // of inFlight, lone deliveries (which may wait on a lock)
+	want     int           // > 0: a lingering run waits for this many queued...
+	wake     chan struct{} // ...and hears here that they have
 
 	stats GroupStats
 }
@@ -73,7 +82,8 @@ type answer struct {
 
 func newGroup(s *Store, cfg Config) *group {
 	return &group{s: s, slots: cfg.GroupBatches, size: cfg.GroupSize,
-		lockTimeout: strconv.FormatInt(max(cfg.GroupLockTimeout.Milliseconds(), 1), 10)}
+		lockTimeout: strconv.FormatInt(max(cfg.GroupLockTimeout.Milliseconds(), 1), 10),
+		linger:      cfg.GroupLinger, wake: make(chan struct{}, 1)}
 }
 
 // process queues n and waits for its decision or ctx's end, whichever
@@ -94,8 +104,15 @@ func (g *group) submit(m *member) {
 	g.mu.Lock()
 	g.queue = append(g.queue, m)
 	if g.inFlight == g.slots || g.inFlight > g.lones {
+		if g.want > 0 && len(g.queue) >= g.want {
+			g.want = 0
+			select {
+			case g.wake <- struct{}{}:
+			default: // a wake-up is already waiting
+			}
+		}
 		g.mu.Unlock()
-		return // the batch in flight takes it when it ends
+		return // the batch in flight (or lingering) takes it when it ends
 	}
 	g.inFlight++
 	batch := g.take()
@@ -114,7 +131,11 @@ func (g *group) run(batch []*member) {
 		if len(batch) == 1 {
 			g.lones--
 		}
+		ended := len(batch)
 		batch = g.take()
+		if len(batch) == 0 && ended > 1 && g.linger > 0 && g.want == 0 {
+			batch = g.gather(min(ended, g.size))
+		}
 		if len(batch) == 0 {
 			g.inFlight--
 			g.mu.Unlock()
@@ -125,6 +146,26 @@ func (g *group) run(batch []*member) {
 		}
 		g.mu.Unlock()
 	}
+}
+
+// gather (g.mu held, released while it waits) waits up to g.linger for
+// want deliveries to queue, then takes them, or whatever queued by then.
+func (g *group) gather(want int) []*member {
+	select {
+	case <-g.wake: // a wake-up left over from a linger that timed out
+	default:
+	}
+	g.want = want
+	g.mu.Unlock()
+	t := time.NewTimer(g.linger)
+	select {
+	case <-g.wake:
+	case <-t.C:
+	}
+	t.Stop()
+	g.mu.Lock()
+	g.want = 0
+	return g.take()
 }
 
 // take removes the next batch from the queue (g.mu held): up to size

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
@@ -493,7 +494,8 @@ func TestGroupPlainCellsTakeTheSetStatements(t *testing.T) {
 // delivery takes the free slot at once.
 func TestGroupOneBatchAtATime(t *testing.T) {
 	b := setup(t)
-	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 2, GroupLockTimeout: time.Minute, MaxConns: 24})
+	// No linger: every delivery below is answered before the next comes.
+	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 2, GroupLockTimeout: time.Minute, GroupLinger: -1, MaxConns: 24})
 	ctx := context.Background()
 	notes := payments(t, b, "L-", 4)
 	stats := s.GroupStats()
@@ -555,4 +557,72 @@ func TestGroupOneBatchAtATime(t *testing.T) {
 	if got := stats.Alone.Load() - alone; got != 1 {
 		t.Errorf("a delivery with nothing in flight: %d decided alone, want 1", got)
 	}
+}
+
+// A batch that ends with nobody queued keeps its slot while its callers
+// come back: as many deliveries as it decided are decided together, not
+// the first of them alone. A batch of one never waits.
+func TestGroupLingersForTheNextBatch(t *testing.T) {
+	b := setup(t)
+	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 1, GroupLinger: time.Minute, MaxConns: 24})
+	stats := s.GroupStats()
+	notes := payments(t, b, "G-", 5)
+	if a := <-submit(s, 2*time.Minute, notes[4]); a.err != nil || a.r.Outcome != durable.Applied {
+		t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+	}
+	waitLingering(t, s, false) // a lone delivery's run ends at once
+	answers := oneBatch(t, b, s, "G-SLOT", notes[:2])
+	for range 2 {
+		if a := <-answers; a.err != nil || a.r.Outcome != durable.Applied {
+			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+		}
+	}
+	waitLingering(t, s, true)
+	batches, alone := stats.Batches.Load(), stats.Alone.Load()
+	// The first caller back queues; the second completes the batch.
+	first := submit(s, 2*time.Minute, notes[2])
+	waitQueued(t, s, 1)
+	second := submit(s, 2*time.Minute, notes[3])
+	for _, ch := range []<-chan decided{first, second} {
+		if a := <-ch; a.err != nil || a.r.Outcome != durable.Applied {
+			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+		}
+	}
+	if got := stats.Batches.Load() - batches; got != 1 {
+		t.Errorf("%d batches for the two that came back, want 1", got)
+	}
+	if got := stats.Alone.Load() - alone; got != 0 {
+		t.Errorf("%d of the two that came back decided alone, want none", got)
+	}
+	waitLingering(t, s, true) // that batch of two lingers in turn
+}
+
+// A linger ends by its time: one caller back is decided alone then.
+func TestGroupLingerEnds(t *testing.T) {
+	b := setup(t)
+	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 1, GroupLinger: 20 * time.Millisecond, MaxConns: 24})
+	notes := payments(t, b, "GE-", 3)
+	answers := oneBatch(t, b, s, "GE-SLOT", notes[:2])
+	for range 2 {
+		if a := <-answers; a.err != nil || a.r.Outcome != durable.Applied {
+			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+		}
+	}
+	if a := <-submit(s, 2*time.Minute, notes[2]); a.err != nil || a.r.Outcome != durable.Applied {
+		t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+	}
+	waitLingering(t, s, false)
+}
+
+// waitLingering waits until a batch that ended lingers (or, with want
+// false, until no run holds a slot).
+func waitLingering(t *testing.T, s *durable.Store, want bool) {
+	t.Helper()
+	claimcachetest.WaitFor(t, fmt.Sprintf("group lingering = %v", want), func() (bool, string) {
+		lingering, inFlight := durable.GroupLingering(s)
+		if want {
+			return lingering, fmt.Sprintf("lingering %v, %d in flight", lingering, inFlight)
+		}
+		return !lingering && inFlight == 0, fmt.Sprintf("lingering %v, %d in flight", lingering, inFlight)
+	})
 }
