@@ -74,7 +74,7 @@ func GroupQueued(s *Store) int {
 func GroupLingering(s *Store) (lingering bool, inFlight int) {
 	s.group.mu.Lock()
 	defer s.group.mu.Unlock()
-	return s.group.want > 0, s.group.inFlight
+	return s.group.waiting != nil, s.group.inFlight
 }
 
 // MigrationLock is the key of the migration's session advisory lock.

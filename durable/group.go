@@ -41,9 +41,8 @@ type group struct {
 	mu       sync.Mutex
 	queue    []*member
 	inFlight int
-	lones    int           // of inFlight, lone deliveries (which may wait on a lock)
-	want     int           // > 0: a lingering run waits for this many queued...
-	wake     chan struct{} // ...and hears here that they have
+	lones    int        // of inFlight, lone deliveries (which may wait on a lock)
+	waiting  *lingering // the run that lingers, if one does
 
 	stats GroupStats
 }
@@ -83,7 +82,7 @@ type answer struct {
 func newGroup(s *Store, cfg Config) *group {
 	return &group{s: s, slots: cfg.GroupBatches, size: cfg.GroupSize,
 		lockTimeout: strconv.FormatInt(max(cfg.GroupLockTimeout.Milliseconds(), 1), 10),
-		linger:      cfg.GroupLinger, wake: make(chan struct{}, 1)}
+		linger:      cfg.GroupLinger}
 }
 
 // process queues n and waits for its decision or ctx's end, whichever
@@ -104,12 +103,9 @@ func (g *group) submit(m *member) {
 	g.mu.Lock()
 	g.queue = append(g.queue, m)
 	if g.inFlight == g.slots || g.inFlight > g.lones {
-		if g.want > 0 && len(g.queue) >= g.want {
-			g.want = 0
-			select {
-			case g.wake <- struct{}{}:
-			default: // a wake-up is already waiting
-			}
+		if l := g.waiting; l != nil && len(g.queue) >= l.want {
+			g.waiting = nil
+			l.wake <- struct{}{} // buffered, and sent once
 		}
 		g.mu.Unlock()
 		return // the batch in flight (or lingering) takes it when it ends
@@ -133,7 +129,7 @@ func (g *group) run(batch []*member) {
 		}
 		ended := len(batch)
 		batch = g.take()
-		if len(batch) == 0 && ended > 1 && g.linger > 0 && g.want == 0 {
+		if len(batch) == 0 && ended > 1 && g.linger > 0 && g.waiting == nil {
 			batch = g.gather(min(ended, g.size))
 		}
 		if len(batch) == 0 {
@@ -148,23 +144,28 @@ func (g *group) run(batch []*member) {
 	}
 }
 
+// lingering is a run waiting for the next batch's deliveries.
+type lingering struct {
+	want int           // how many queued end the wait
+	wake chan struct{} // buffered: submit never waits for the run
+}
+
 // gather (g.mu held, released while it waits) waits up to g.linger for
 // want deliveries to queue, then takes them, or whatever queued by then.
 func (g *group) gather(want int) []*member {
-	select {
-	case <-g.wake: // a wake-up left over from a linger that timed out
-	default:
-	}
-	g.want = want
+	l := &lingering{want: want, wake: make(chan struct{}, 1)}
+	g.waiting = l
 	g.mu.Unlock()
 	t := time.NewTimer(g.linger)
 	select {
-	case <-g.wake:
+	case <-l.wake:
 	case <-t.C:
 	}
 	t.Stop()
 	g.mu.Lock()
-	g.want = 0
+	if g.waiting == l { // timed out: nobody woke it
+		g.waiting = nil
+	}
 	return g.take()
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/notifyedge/notifyedge/durable"
 )
 
@@ -194,5 +196,61 @@ func TestShipManyConcurrentBatchesShareOrders(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT count(*) FROM outbox WHERE topic = 'ORDER_SHIPPED'`); n != orders {
 		t.Errorf("%d ORDER_SHIPPED rows for %d orders", n, orders)
+	}
+}
+
+// A session plans ShipMany's statements once, generically, while the
+// orders are few, and keeps the plans: once there are many, a batch must
+// still read its orders by index, never scan them all.
+func TestShipManyPlansTakeIndexes(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil { // as the Store's sessions
+		t.Fatal(err)
+	}
+	ship := func(tx pgx.Tx, prefix string) {
+		t.Helper()
+		var ids []int64
+		var orders []string
+		for i := range 8 {
+			o := fmt.Sprintf("%s-%d", prefix, i)
+			b.order(t, o, durable.Paid, 100, "CNY")
+			ids, orders = append(ids, int64(len(prefix)*100+i)), append(orders, o)
+		}
+		if _, err := tx.Exec(ctx, `SELECT * FROM notifyedge_ship_batch('shipper', $1, $2, $3, $4, $5, $6)`,
+			ids, orders, []string{"PENDING_PAY", "PAID", "SHIPPED", "CLOSED", "REFUNDED"},
+			[]string{"skip", "move", "skip", "skip", "skip"}, []string{"", "SHIPPED", "", "", ""},
+			[]string{"", "ORDER_SHIPPED", "", "", ""}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.db.Exec(ctx, `ANALYZE biz_order`); err != nil { // analysed while small
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { ship(tx, "PS-A"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec(ctx, `INSERT INTO biz_order (order_no, status, amount, currency)
+		SELECT 'PQ' || g, 'PAID', 100, 'CNY' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		ship(tx, "PS-BB")
+		var scans int64
+		if err := tx.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'biz_order'`).Scan(&scans); err != nil {
+			return err
+		}
+		if scans != 0 {
+			t.Errorf("a batch scanned biz_order %d times", scans)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,7 +23,15 @@ CREATE OR REPLACE FUNCTION notifyedge_ship_batch(
     p_consumer text, p_outbox_ids bigint[], p_order_nos text[],
     r_from text[], r_act text[], r_to text[], r_topic text[])
 RETURNS TABLE (o_result text, o_status text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- As notifyedge_process_batch: a session plans these statements once,
+-- generically, and keeps the plan; planned while biz_order was small, the
+-- lock and the UPDATE would scan the whole table on every batch after.
+-- Each reads a handful of rows by a unique key: an index is always right.
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
 DECLARE
     v_fresh    bigint[]; -- outbox ids whose inbox row this call inserted
     v_fresh_i  int[];    -- the items that inserted them
