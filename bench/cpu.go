@@ -44,8 +44,12 @@ type CPUCost struct {
 	// its own pace (a consumer that lags behind an attack does its share
 	// after it, outside the Postgres figure).
 	PostgresEdge *float64 `json:"postgres_edge,omitempty"`
-	// Redis is the redis-server process (cache and stream).
+	// Redis is the cache's redis-server process (and the stream's, unless
+	// the stream has one of its own).
 	Redis *float64 `json:"redis"`
+	// StreamRedis is the outbox stream's own redis-server, when the run
+	// gave it one (Config.StreamRedis).
+	StreamRedis *float64 `json:"stream_redis,omitempty"`
 	// Relay is the process running the outbox relay and the reference
 	// shipper, which work off the first deliveries in the background.
 	Relay *float64 `json:"relay_shipper"`
@@ -63,6 +67,7 @@ const (
 	colRelay
 	colDriver
 	colPostgresEdge
+	colStreamRedis
 	nCols
 )
 
@@ -80,8 +85,8 @@ type cpuProbe struct {
 	edge, relay, postgres int
 	// redis is the address of our own stack's redis-server ("": not
 	// ours); its pid is asked at every sample, because the redis-down
-	// scenario restarts it.
-	redis string
+	// scenario restarts it. streamRedis is the stream's own, if any.
+	redis, streamRedis string
 	// db finds the backends of the edge's sessions, application_name
 	// edgeApp, at every sample ("": not told apart).
 	db      *pgxpool.Pool
@@ -97,6 +102,10 @@ func (p *cpuProbe) sample() cpuSample {
 		// outside the "before" reading (it is inside the "after" one: a few
 		// microseconds over a whole attack).
 		redisPID = redisServerPID(p.redis)
+	}
+	streamPID := 0
+	if p.streamRedis != "" {
+		streamPID = redisServerPID(p.streamRedis)
 	}
 	var edgeBackends []int
 	edgeOK := false
@@ -122,7 +131,7 @@ func (p *cpuProbe) sample() cpuSample {
 	if t, err := machineBusyTicks(); err == nil {
 		s.ticks[colMachine], s.ok[colMachine] = t, true
 	}
-	for col, pid := range map[int]int{colEdge: p.edge, colPostgres: p.postgres, colRedis: redisPID, colRelay: p.relay} {
+	for col, pid := range map[int]int{colEdge: p.edge, colPostgres: p.postgres, colRedis: redisPID, colRelay: p.relay, colStreamRedis: streamPID} {
 		if pid == 0 {
 			continue
 		}
@@ -154,7 +163,8 @@ func cost(before, after cpuSample, n int) CPUCost {
 		}
 	}
 	return CPUCost{Machine: out[colMachine], Edge: out[colEdge], Postgres: out[colPostgres],
-		Redis: out[colRedis], Relay: out[colRelay], Driver: out[colDriver], PostgresEdge: out[colPostgresEdge]}
+		Redis: out[colRedis], Relay: out[colRelay], Driver: out[colDriver], PostgresEdge: out[colPostgresEdge],
+		StreamRedis: out[colStreamRedis]}
 }
 
 // backendsOf returns the pids of the backends whose application_name is

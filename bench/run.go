@@ -64,6 +64,10 @@ type Config struct {
 	// for every row, each Redis command's and Postgres statement's share
 	// per answered request.
 	Breakdown bool
+	// StreamRedis (own stack only) puts the outbox stream on a
+	// redis-server of its own: the redis column is then the claim cache's
+	// alone, and the stream's is a column of its own.
+	StreamRedis bool
 }
 
 // Row is one attack's figures.
@@ -157,7 +161,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer e.close()
 	if e.tg == nil {
 		e.say("starting Postgres (fsync on), redis-server and the edge ...")
-		sc := StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second}
+		sc := StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second, StreamRedis: cfg.StreamRedis}
 		if cfg.Breakdown {
 			sc.PostgresSettings = breakdownSettings
 		}
@@ -321,6 +325,9 @@ func (e *env) probe(ctx context.Context) *cpuProbe {
 	p := &cpuProbe{postgres: postmasterPID(ctx, e.db)}
 	if e.st != nil {
 		p.edge, p.relay, p.redis = e.st.edge.pid(), e.st.relay.pid(), e.st.Redis.Addr()
+		if e.st.StreamRedis != nil {
+			p.streamRedis = e.st.StreamRedis.Addr()
+		}
 		if p.postgres != 0 {
 			p.db, p.edgeApp = e.db, edgeApplication
 		}

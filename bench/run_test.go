@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -59,6 +60,33 @@ func TestBenchQuick(t *testing.T) {
 	}
 	if rep.find("redis-down (killed at 1/2)").CPU.Redis != nil {
 		t.Error("redis-down: a Redis CPU figure across a restart")
+	}
+	if first.StreamRedis != nil {
+		t.Error("first: a stream Redis figure, with the stream on the cache's Redis")
+	}
+}
+
+// With the stream on a redis-server of its own, each Redis has its column:
+// the relay's entries and the shipper's reads land on the stream's.
+func TestBenchStreamRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load")
+	}
+	rep, err := Run(context.Background(), Config{Quick: true, Workers: 16, Scenarios: []string{"first"}, StreamRedis: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := rep.find("first")
+	if first.Check != "ok" {
+		t.Errorf("first: %s", first.Check)
+	}
+	for name, v := range map[string]*float64{"redis": first.CPU.Redis, "stream redis": first.CPU.StreamRedis} {
+		if v == nil || *v <= 0 {
+			t.Errorf("first: %s CPU %v µs per request, want a figure above zero", name, v)
+		}
+	}
+	if !strings.Contains(rep.Table(), "stream µs") {
+		t.Error("the table has no stream column")
 	}
 }
 

@@ -43,7 +43,10 @@ type Stack struct {
 	DB       *pgxpool.Pool
 	Store    *durable.Store
 	Redis    *claimcachetest.Server
-	Stream   redis.UniversalClient
+	// StreamRedis is the outbox stream's own redis-server
+	// (StackConfig.StreamRedis), nil when the stream is on Redis.
+	StreamRedis *claimcachetest.Server
+	Stream      redis.UniversalClient
 
 	cluster     *pgtemp.Cluster
 	edge, relay *part
@@ -63,6 +66,11 @@ type StackConfig struct {
 	Log io.Writer
 	// PostgresSettings are extra "name=value" server settings.
 	PostgresSettings []string
+	// StreamRedis puts the outbox stream on a redis-server of its own, as
+	// a deployment whose cache Redis does not persist must: Redis's CPU is
+	// then the claim cache's alone. Off, the stream shares the cache's
+	// Redis (which persists), as builds before this option always ran.
+	StreamRedis bool
 }
 
 // StartStack starts everything on this machine's loopback.
@@ -102,7 +110,15 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 		return nil, err
 	}
 	s.stops = append(s.stops, s.Redis.Stop)
-	if s.Stream, err = redisstream.NewClient(s.Redis.URL()); err != nil {
+	streamURL := s.Redis.URL()
+	if cfg.StreamRedis {
+		if s.StreamRedis, err = claimcachetest.Start("--appendonly", "yes"); err != nil {
+			return nil, err
+		}
+		s.stops = append(s.stops, s.StreamRedis.Stop)
+		streamURL = s.StreamRedis.URL()
+	}
+	if s.Stream, err = redisstream.NewClient(streamURL); err != nil {
 		return nil, err
 	}
 	s.stops = append(s.stops, func() { s.Stream.Close() })
@@ -115,6 +131,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 	s.URLAlone = s.edge.ready.URLAlone
 	// The relay and the reference shipper, as a deployment runs them.
 	spec.Role = roleRelay
+	spec.RedisURL = streamURL
 	if s.relay, err = startPart(ctx, spec, cfg.Log); err != nil {
 		return nil, err
 	}

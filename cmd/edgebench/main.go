@@ -93,8 +93,9 @@ func run(args []string) {
 	secret := fs.String("secret", os.Getenv("EDGE_SIGN_SECRET"), "with -target: a generic channel's secret (EDGE_SIGN_SECRET)")
 	channel := fs.String("channel", "bench", "with -target: that channel's name")
 	breakdown := fs.Bool("breakdown", false, "own stack only: each row's Redis commands and Postgres statements per request (pg_stat_statements on)")
+	streamRedis := fs.Bool("stream-redis", false, "own stack only: the outbox stream on a redis-server of its own (the redis column is then the claim cache's alone)")
 	fs.Parse(args)
-	cfg := bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr, Rate: *rate, Breakdown: *breakdown}
+	cfg := bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr, Rate: *rate, Breakdown: *breakdown, StreamRedis: *streamRedis}
 	if *scenario != "" {
 		cfg.Scenarios = strings.Split(*scenario, ",")
 	}
