@@ -39,6 +39,7 @@ var compareFigures = []struct {
 	{"edge µs", func(r Row) *float64 { return r.CPU.Edge }},
 	{"postgres µs", func(r Row) *float64 { return r.CPU.Postgres }},
 	{"postgres edge µs", func(r Row) *float64 { return r.CPU.PostgresEdge }},
+	{"postgres ship µs", func(r Row) *float64 { return r.CPU.PostgresShip }},
 	{"redis µs", func(r Row) *float64 { return r.CPU.Redis }},
 	{"stream redis µs", func(r Row) *float64 { return r.CPU.StreamRedis }},
 	{"machine µs", func(r Row) *float64 { return r.CPU.Machine }},

@@ -44,6 +44,11 @@ type CPUCost struct {
 	// its own pace (a consumer that lags behind an attack does its share
 	// after it, outside the Postgres figure).
 	PostgresEdge *float64 `json:"postgres_edge,omitempty"`
+	// PostgresShip is the part of Postgres that serves the reference
+	// shipper's connections (our own stack only): shipping the paid
+	// orders, which keeps pace with the deliveries. What Postgres spends
+	// beyond this and PostgresEdge is the relay's and the server's own.
+	PostgresShip *float64 `json:"postgres_ship,omitempty"`
 	// Redis is the cache's redis-server process (and the stream's, unless
 	// the stream has one of its own).
 	Redis *float64 `json:"redis"`
@@ -68,6 +73,7 @@ const (
 	colDriver
 	colPostgresEdge
 	colStreamRedis
+	colPostgresShip
 	nCols
 )
 
@@ -87,10 +93,11 @@ type cpuProbe struct {
 	// ours); its pid is asked at every sample, because the redis-down
 	// scenario restarts it. streamRedis is the stream's own, if any.
 	redis, streamRedis string
-	// db finds the backends of the edge's sessions, application_name
-	// edgeApp, at every sample ("": not told apart).
-	db      *pgxpool.Pool
-	edgeApp string
+	// db finds the backends of the edge's and the shipper's sessions,
+	// application_name edgeApp and shipApp, at every sample ("": not told
+	// apart).
+	db               *pgxpool.Pool
+	edgeApp, shipApp string
 }
 
 // sample reads every column the probe knows of.
@@ -107,26 +114,30 @@ func (p *cpuProbe) sample() cpuSample {
 	if p.streamRedis != "" {
 		streamPID = redisServerPID(p.streamRedis)
 	}
-	var edgeBackends []int
-	edgeOK := false
-	if p.edgeApp != "" {
-		var err error
-		edgeBackends, err = p.backendsOf(p.edgeApp) // asked before the ticks are read, as redis's pid is
-		edgeOK = err == nil
+	// The sessions' backends are asked before the ticks are read, as
+	// redis's pid is.
+	sessions := map[int][]int{}
+	for col, app := range map[int]string{colPostgresEdge: p.edgeApp, colPostgresShip: p.shipApp} {
+		if app == "" {
+			continue
+		}
+		if pids, err := p.backendsOf(app); err == nil {
+			sessions[col] = pids
+		}
 	}
 	procs, err := readAllProcStats()
 	if err != nil {
 		return s
 	}
-	if edgeOK {
-		// A backend's own time: the edge's pools keep their connections, so
-		// the same backends are read before and after an attack.
-		for _, pid := range edgeBackends {
+	for col, pids := range sessions {
+		// A backend's own time: the pools keep their connections, so the
+		// same backends are read before and after an attack.
+		for _, pid := range pids {
 			if st, ok := procs[pid]; ok {
-				s.ticks[colPostgresEdge] += st.UTime + st.STime
+				s.ticks[col] += st.UTime + st.STime
 			}
 		}
-		s.ok[colPostgresEdge], s.pids[colPostgresEdge] = true, p.postgres
+		s.ok[col], s.pids[col] = true, p.postgres
 	}
 	if t, err := machineBusyTicks(); err == nil {
 		s.ticks[colMachine], s.ok[colMachine] = t, true
@@ -164,7 +175,7 @@ func cost(before, after cpuSample, n int) CPUCost {
 	}
 	return CPUCost{Machine: out[colMachine], Edge: out[colEdge], Postgres: out[colPostgres],
 		Redis: out[colRedis], Relay: out[colRelay], Driver: out[colDriver], PostgresEdge: out[colPostgresEdge],
-		StreamRedis: out[colStreamRedis]}
+		StreamRedis: out[colStreamRedis], PostgresShip: out[colPostgresShip]}
 }
 
 // backendsOf returns the pids of the backends whose application_name is

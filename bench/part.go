@@ -240,8 +240,12 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 	return r, nil
 }
 
-// edgeApplication is the application_name of the edge part's sessions.
-const edgeApplication = "notifyedge-bench-edge"
+// edgeApplication is the application_name of the edge part's sessions,
+// shipApplication the reference shipper's.
+const (
+	edgeApplication = "notifyedge-bench-edge"
+	shipApplication = "notifyedge-bench-shipper"
+)
 
 // withApplicationName sets application_name in a postgres:// URL.
 func withApplicationName(dbURL, name string) string {
@@ -256,13 +260,21 @@ func withApplicationName(dbURL, name string) string {
 }
 
 // serveRelay runs the outbox relay and the reference shipper, as a
-// deployment runs them.
+// deployment runs them: each over a Store of its own (the shipper is a
+// process of its own there), the shipper's sessions named so that their
+// Postgres CPU is told apart.
 func serveRelay(ctx context.Context, spec partSpec, stops *[]func()) error {
 	store, err := durable.New(ctx, durable.Config{URL: spec.DBURL, StatementTimeout: spec.Budget})
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	*stops = append(*stops, store.Close)
+	shipStore, err := durable.New(ctx, durable.Config{URL: withApplicationName(spec.DBURL, shipApplication),
+		StatementTimeout: spec.Budget, MaxConns: 8, MinConns: 2, NoMigrate: true})
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	*stops = append(*stops, shipStore.Close)
 	stream, err := redisstream.NewClient(spec.RedisURL)
 	if err != nil {
 		return fmt.Errorf("redis stream: %w", err)
@@ -277,7 +289,7 @@ func serveRelay(ctx context.Context, spec partSpec, stops *[]func()) error {
 	go func() {
 		defer close(shipDone)
 		redisstream.RunConsumer(rctx, redisstream.ConsumerConfig{Client: stream, Group: "shipper", Name: "shipper-1",
-			Block: 100 * time.Millisecond, ClaimIdle: 5 * time.Second, HandleBatch: shipping.OnPaidBatch(store, "shipper", nil)})
+			Block: 100 * time.Millisecond, ClaimIdle: 5 * time.Second, HandleBatch: shipping.OnPaidBatch(shipStore, "shipper", nil)})
 	}()
 	*stops = append(*stops, func() { cancel(); <-relayDone; <-shipDone })
 	return nil
