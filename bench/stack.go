@@ -44,7 +44,7 @@ type Stack struct {
 	Store    *durable.Store
 	Redis    *claimcachetest.Server
 	// StreamRedis is the outbox stream's own redis-server
-	// (StackConfig.StreamRedis), nil when the stream is on Redis.
+	// (StackConfig.StreamRedis), nil when the stream shares the cache's.
 	StreamRedis *claimcachetest.Server
 	Stream      redis.UniversalClient
 

@@ -6,7 +6,8 @@
 -- order, with notifyedge_ship's o_result and o_status.
 --
 -- What each item gets is what notifyedge_ship gives it when the items are
--- shipped one by one in (order_no, outbox id) order:
+-- shipped one by one in (order_no, outbox id) order, an internal path's
+-- items last among its order's:
 --   * an outbox id this consumer handled before (in an earlier
 --     transaction, or in an item before it in that order) is 'duplicate';
 --   * of the remaining items naming one order, the first may move it: the
