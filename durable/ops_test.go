@@ -406,3 +406,41 @@ func TestOpsPoolTimeouts(t *testing.T) {
 		t.Errorf("ResolveReview gave up after %v, want the operator lock_timeout (2s)", took)
 	}
 }
+
+// A re-drive resolves a row its own decision closed (resolved_by
+// notifyedge), but one whose decision was a replay leaves such a row to the
+// concurrent re-drive that decided it: only one answers "resolved", and it
+// is the one that applied.
+func TestResolveRedrivenLeavesAReplayOut(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	var id int64
+	if err := b.db.QueryRow(ctx, `INSERT INTO notify_review (biz_key, order_no, reason, payload_hash, raw_body, resolved_at, resolution, resolved_by)
+		VALUES ('acme:T-rr:PAY_SUCCESS', 'RR-1', 'AMOUNT_MISMATCH', repeat('0', 64), '{}', now(), 'applied', 'notifyedge') RETURNING id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.store.ResolveRedriven(ctx, id, "re-driven: applied", "ops-replayed", true); err != nil || ok {
+		t.Errorf("a replaying re-drive took the row its concurrent re-drive closed: %v %v", ok, err)
+	}
+	if ok, err := b.store.ResolveRedriven(ctx, id, "re-driven: applied", "ops-applied", false); err != nil || !ok {
+		t.Errorf("the deciding re-drive did not resolve the row: %v %v", ok, err)
+	}
+	if ok, err := b.store.ResolveRedriven(ctx, id, "re-driven: applied", "ops-late", false); err != nil || ok {
+		t.Errorf("a row an operator resolved was resolved again: %v %v", ok, err)
+	}
+	var by string
+	if err := b.db.QueryRow(ctx, `SELECT resolved_by FROM notify_review WHERE id = $1`, id).Scan(&by); err != nil {
+		t.Fatal(err)
+	}
+	if by != "ops-applied" {
+		t.Errorf("resolved by %q, want ops-applied", by)
+	}
+	// A row still open is resolved by a replaying re-drive too.
+	if err := b.db.QueryRow(ctx, `INSERT INTO notify_review (biz_key, order_no, reason, payload_hash, raw_body)
+		VALUES ('acme:T-rr2:PAY_SUCCESS', 'RR-2', 'AMOUNT_MISMATCH', repeat('0', 64), '{}') RETURNING id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.store.ResolveRedriven(ctx, id, "re-driven: applied", "ops-replayed", true); err != nil || !ok {
+		t.Errorf("a replaying re-drive of an open row: %v %v", ok, err)
+	}
+}

@@ -422,13 +422,16 @@ func (s *Store) Review(ctx context.Context, id int64) (Review, error) {
 // ResolveRedriven records that an operator's re-drive settled review row
 // id: resolved by that operator with resolution, also when deciding the
 // delivery again already closed the row by itself (resolved_by
-// 'notifyedge', moments before): the re-drive is what cleared it. It
-// reports false when the row was resolved by someone else already (e.g. a
-// concurrent re-drive of the same row, which settled it first).
-func (s *Store) ResolveRedriven(ctx context.Context, id int64, resolution, by string) (bool, error) {
+// 'notifyedge', moments before): the re-drive is what cleared it. A
+// re-drive whose decision was a replay decided nothing: a row already
+// closed that way was closed by the concurrent re-drive whose decision it
+// replayed, and stays that one's to resolve. It reports false when the row
+// was resolved by someone else already (e.g. a concurrent re-drive of the
+// same row, which settled it first).
+func (s *Store) ResolveRedriven(ctx context.Context, id int64, resolution, by string, replayed bool) (bool, error) {
 	tag, err := s.ops.Exec(ctx, `UPDATE notify_review
    SET resolved_at = coalesce(resolved_at, now()), resolution = $2, resolved_by = $3
- WHERE id = $1::bigint AND (resolved_at IS NULL OR resolved_by = 'notifyedge')`, id, resolution, by)
+ WHERE id = $1::bigint AND (resolved_at IS NULL OR (resolved_by = 'notifyedge' AND NOT $4))`, id, resolution, by, replayed)
 	if err != nil {
 		return false, wrap(ctx, "resolve re-driven review", err)
 	}

@@ -32,7 +32,7 @@ type ReviewQueue interface {
 	Reviews(ctx context.Context, q durable.ReviewQuery) ([]durable.Review, error)
 	Review(ctx context.Context, id int64) (durable.Review, error)
 	ResolveReview(ctx context.Context, id int64, resolution, by string) (durable.Review, error)
-	ResolveRedriven(ctx context.Context, id int64, resolution, by string) (bool, error)
+	ResolveRedriven(ctx context.Context, id int64, resolution, by string, replayed bool) (bool, error)
 }
 
 // Pinger reports whether Postgres answers. *durable.Store satisfies it.

@@ -340,14 +340,15 @@ func (a *Server) redrive(ctx *fasthttp.RequestCtx, d *Deps, id int64) {
 	}
 	if v.Success {
 		resolution := "re-driven: " + v.Outcome
-		resolved, err := d.Reviews.ResolveRedriven(rctx, id, resolution, req.By)
+		resolved, err := d.Reviews.ResolveRedriven(rctx, id, resolution, req.By, o == edge.OutcomeReplayedDB)
 		switch {
 		case err != nil:
 			a.unavailable(ctx, "resolve re-driven review", err)
 			return
 		case !resolved:
-			// A concurrent re-drive of the row settled it first: this one
-			// only replayed that answer, as if it had come after.
+			// A concurrent re-drive of the row settled it (or decided it,
+			// and settles it now): this one only replayed that answer, as
+			// if it had come after.
 			jsonError(ctx, http.StatusConflict, "review already resolved")
 			return
 		}
