@@ -222,6 +222,8 @@ func TestShipManyPlansTakeIndexes(t *testing.T) {
 			b.order(t, o, durable.Paid, 100, "CNY")
 			ids, orders = append(ids, int64(len(prefix)*100+i)), append(orders, o)
 		}
+		// SHIP's row of the machine, written out: this test is about the
+		// plans; the decisions are TestShipManyMatchesShipOneByOne's.
 		if _, err := tx.Exec(ctx, `SELECT * FROM notifyedge_ship_batch('shipper', $1, $2, $3, $4, $5, $6)`,
 			ids, orders, []string{"PENDING_PAY", "PAID", "SHIPPED", "CLOSED", "REFUNDED"},
 			[]string{"skip", "move", "skip", "skip", "skip"}, []string{"", "SHIPPED", "", "", ""},
