@@ -108,6 +108,12 @@ func DecideTogether(ctx context.Context, s *Store, ns []Notification) (Outcome, 
 		r, err := s.processOne(ctx, &ns[0])
 		return r.Outcome, err
 	}
+	return DecideAsBatch(ctx, s, ns)
+}
+
+// DecideAsBatch decides ns through the batch statement, even one alone,
+// and returns the first one's outcome.
+func DecideAsBatch(ctx context.Context, s *Store, ns []Notification) (Outcome, error) {
 	batch := make([]*member, len(ns))
 	for i := range ns {
 		batch[i] = &member{n: ns[i], ctx: ctx, out: make(chan answer, 1)}
