@@ -281,6 +281,12 @@ func pendingValue(dst []byte, d Digest, t Token) []byte {
 	return append(dst, t[:]...)
 }
 
+func doneValue(dst []byte, d Digest, response []byte) []byte {
+	dst = append(dst, kindDone)
+	dst = append(dst, d[:]...)
+	return append(dst, response...)
+}
+
 // call runs f against Redis unless the breaker of the node serving the
 // Redis key rk is open, and feeds that breaker and OnError with its outcome
 // (redis.Nil is an answer, not an error).
@@ -329,26 +335,24 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 	}
 	tok := c.newToken()
 	rk := st.key(key)
-	b := c.breakers.forKey(ctx, rk)
-	if !b.allow() {
-		return Result{}, fmt.Errorf("claim: %w", ErrBreakerOpen)
-	}
-	o := getOp(opClaim, rk, c.pendingTTL)
-	o.val = pendingValue(o.val, d, tok)
-	if !c.pipe.do(ctx, c.waitBudget, o) {
-		// The op stays the pipe's. A call given up on is a failed call, as
-		// its timeout was: the breaker hears it (and a half-open probe ends).
-		err := cmp.Or(ctx.Err(), ErrSlow)
-		c.record(b, err)
-		return Result{}, fmt.Errorf("claim: %w", err)
-	}
-	old, err := o.reply, o.err
-	putOp(o)
-	c.record(b, err)
-	found := err == nil
-	if errors.Is(err, redis.Nil) {
-		err = nil
-	}
+	var old string
+	var found bool
+	err = c.call(ctx, rk, func() error {
+		o := getOp(opClaim, rk, c.pendingTTL)
+		o.val = pendingValue(o.val, d, tok)
+		if !c.pipe.do(ctx, c.waitBudget, o) {
+			// The op stays the pipe's. A call given up on is a failed
+			// call, as its timeout was: the breaker hears it (and a
+			// half-open probe ends).
+			return cmp.Or(ctx.Err(), ErrSlow)
+		}
+		v, err := o.reply, o.err
+		putOp(o)
+		if err == nil {
+			old, found = v, true
+		}
+		return err
+	})
 	if err != nil {
 		return Result{}, fmt.Errorf("claim: %w", err)
 	}
@@ -429,9 +433,7 @@ func (c *Cache) Complete(ctx context.Context, key []byte, d Digest, response []b
 	}
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
-	v := append((*bp)[:0], kindDone)
-	v = append(v, d[:]...)
-	v = append(v, response...)
+	v := doneValue((*bp)[:0], d, response)
 	*bp = v
 	rk := st.key(key)
 	err = c.call(ctx, rk, func() error {
@@ -497,7 +499,7 @@ func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
 			continue
 		}
 		o := getOp(opSet, rk, c.resultTTL)
-		o.val = append(append(append(o.val, kindDone), cs[i].Digest[:]...), cs[i].Response...)
+		o.val = doneValue(o.val, cs[i].Digest, cs[i].Response)
 		owned = append(owned, ownedCall{o, b, i})
 	}
 	if len(owned) > 0 {
@@ -552,9 +554,7 @@ func (c *Cache) completeScripted(ctx context.Context, st *epochState, cs []Compl
 	sent := make([]int, 0, len(idx)) // indexes of cs in the pipeline
 	for _, i := range idx {
 		from := len(buf)
-		buf = append(buf, kindDone)
-		buf = append(buf, cs[i].Digest[:]...)
-		buf = append(buf, cs[i].Response...)
+		buf = doneValue(buf, cs[i].Digest, cs[i].Response)
 		values[i] = buf[from:len(buf):len(buf)]
 		keys[i] = st.key(cs[i].Key)
 		brk[i] = c.breakers.forKey(ctx, keys[i])

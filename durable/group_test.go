@@ -86,6 +86,17 @@ func oneBatch(t *testing.T, b *bundle, s *durable.Store, slot string, notes []du
 	return answers
 }
 
+// applied takes one answer from each of chs (a channel named twice gives
+// two) and fails the test unless each delivery was applied.
+func applied(t *testing.T, chs ...<-chan decided) {
+	t.Helper()
+	for _, ch := range chs {
+		if a := <-ch; a.err != nil || a.r.Outcome != durable.Applied {
+			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
+		}
+	}
+}
+
 // waitQueued waits until n deliveries wait for the store's batch slot.
 func waitQueued(t *testing.T, s *durable.Store, n int) {
 	t.Helper()
@@ -538,11 +549,7 @@ func TestGroupOneBatchAtATime(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, ch := range []<-chan decided{batch, batch, later, later2} {
-		if a := <-ch; a.err != nil || a.r.Outcome != durable.Applied {
-			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
-		}
-	}
+	applied(t, batch, batch, later, later2)
 	if got := stats.Batches.Load() - batches; got != 2 {
 		t.Errorf("%d batches, want 2: the one in flight, then the two that queued behind it", got)
 	}
@@ -551,9 +558,7 @@ func TestGroupOneBatchAtATime(t *testing.T) {
 	}
 	// With nothing in flight, a lone delivery goes at once, alone.
 	alone = stats.Alone.Load()
-	if a := <-submit(s, 20*time.Second, notes[3]); a.err != nil || a.r.Outcome != durable.Applied {
-		t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
-	}
+	applied(t, submit(s, 20*time.Second, notes[3]))
 	if got := stats.Alone.Load() - alone; got != 1 {
 		t.Errorf("a delivery with nothing in flight: %d decided alone, want 1", got)
 	}
@@ -567,27 +572,17 @@ func TestGroupLingersForTheNextBatch(t *testing.T) {
 	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 1, GroupLinger: time.Minute, MaxConns: 24})
 	stats := s.GroupStats()
 	notes := payments(t, b, "G-", 5)
-	if a := <-submit(s, 2*time.Minute, notes[4]); a.err != nil || a.r.Outcome != durable.Applied {
-		t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
-	}
+	applied(t, submit(s, 2*time.Minute, notes[4]))
 	waitLingering(t, s, false) // a lone delivery's run ends at once
 	answers := oneBatch(t, b, s, "G-SLOT", notes[:2])
-	for range 2 {
-		if a := <-answers; a.err != nil || a.r.Outcome != durable.Applied {
-			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
-		}
-	}
+	applied(t, answers, answers)
 	waitLingering(t, s, true)
 	batches, alone := stats.Batches.Load(), stats.Alone.Load()
 	// The first caller back queues; the second completes the batch.
 	first := submit(s, 2*time.Minute, notes[2])
 	waitQueued(t, s, 1)
 	second := submit(s, 2*time.Minute, notes[3])
-	for _, ch := range []<-chan decided{first, second} {
-		if a := <-ch; a.err != nil || a.r.Outcome != durable.Applied {
-			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
-		}
-	}
+	applied(t, first, second)
 	if got := stats.Batches.Load() - batches; got != 1 {
 		t.Errorf("%d batches for the two that came back, want 1", got)
 	}
@@ -603,14 +598,8 @@ func TestGroupLingerEnds(t *testing.T) {
 	s := newStore(t, b.url, durable.Config{GroupCommit: true, GroupBatches: 1, GroupLinger: 20 * time.Millisecond, MaxConns: 24})
 	notes := payments(t, b, "GE-", 3)
 	answers := oneBatch(t, b, s, "GE-SLOT", notes[:2])
-	for range 2 {
-		if a := <-answers; a.err != nil || a.r.Outcome != durable.Applied {
-			t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
-		}
-	}
-	if a := <-submit(s, 2*time.Minute, notes[2]); a.err != nil || a.r.Outcome != durable.Applied {
-		t.Fatalf("%s: %+v %v", a.n.BizKey, a.r, a.err)
-	}
+	applied(t, answers, answers)
+	applied(t, submit(s, 2*time.Minute, notes[2]))
 	waitLingering(t, s, false)
 }
 

@@ -25,10 +25,8 @@ CREATE OR REPLACE FUNCTION notifyedge_ship_batch(
     r_from text[], r_act text[], r_to text[], r_topic text[])
 RETURNS TABLE (o_result text, o_status text)
 LANGUAGE plpgsql
--- As notifyedge_process_batch: a session plans these statements once,
--- generically, and keeps the plan; planned while biz_order was small, the
--- lock and the UPDATE would scan the whole table on every batch after.
--- Each reads a handful of rows by a unique key: an index is always right.
+-- Index plans only, for notifyedge_process_batch's reason: the plans a
+-- session keeps were made while biz_order was small.
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
