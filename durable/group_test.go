@@ -539,6 +539,9 @@ func TestGroupOneBatchAtATime(t *testing.T) {
 	if a := <-answerB; a.err != nil || a.r.Outcome != durable.Applied {
 		t.Fatalf("slot B's delivery: %+v %v", a.r, a.err)
 	}
+	// Slot B's run answers before it looks at the queue: a delivery
+	// submitted in between would be its next batch, not a wait.
+	waitInFlight(t, s, 1)
 	batches := stats.Batches.Load()
 	alone := stats.Alone.Load()
 	// Behind the batch in flight, with a slot free: one waits, and so do two.
@@ -601,6 +604,15 @@ func TestGroupLingerEnds(t *testing.T) {
 	applied(t, answers, answers)
 	applied(t, submit(s, 2*time.Minute, notes[2]))
 	waitLingering(t, s, false)
+}
+
+// waitInFlight waits until n runs hold a batch slot.
+func waitInFlight(t *testing.T, s *durable.Store, n int) {
+	t.Helper()
+	claimcachetest.WaitFor(t, fmt.Sprintf("%d runs in flight", n), func() (bool, string) {
+		_, inFlight := durable.GroupLingering(s)
+		return inFlight == n, fmt.Sprintf("%d in flight", inFlight)
+	})
 }
 
 // waitLingering waits until a batch that ended lingers (or, with want
