@@ -3,6 +3,8 @@ package durable_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -223,22 +225,34 @@ func BenchmarkBatchSize(b *testing.B) {
 			b.Cleanup(s.Close)
 			ctx := context.Background()
 			notes := seedPending(b, bb, b.N*k)
-			pid, err := durable.CallbackBackendPID(ctx, s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			before := backendTicks(b, pid)
-			b.ResetTimer()
-			for i := range b.N {
+			pgPerPayment(b, s, k, func(i int) error {
 				if o, err := decide(ctx, s, notes[i*k:(i+1)*k]); err != nil || o != durable.Applied {
-					b.Fatalf("batch %d: %v %v", i, o, err)
+					return fmt.Errorf("%v %v", o, err)
 				}
-			}
-			b.StopTimer()
-			ticks := backendTicks(b, pid) - before
-			b.ReportMetric(float64(ticks)*1e6/float64(procstat.ClockTicks())/float64(b.N*k), "pg-µs/payment")
+				return nil
+			})
 		})
 	}
+}
+
+// pgPerPayment runs batch(i) for i in [0, b.N), each k payments on s's
+// one callback session, and reports that backend's CPU per payment.
+func pgPerPayment(b *testing.B, s *durable.Store, k int, batch func(i int) error) {
+	b.Helper()
+	pid, err := durable.CallbackBackendPID(context.Background(), s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := backendTicks(b, pid)
+	b.ResetTimer()
+	for i := range b.N {
+		if err := batch(i); err != nil {
+			b.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	b.StopTimer()
+	ticks := backendTicks(b, pid) - before
+	b.ReportMetric(float64(ticks)*1e6/float64(procstat.ClockTicks())/float64(b.N*k), "pg-µs/payment")
 }
 
 // backendTicks reads a process's own user and system CPU time, in clock
@@ -250,4 +264,150 @@ func backendTicks(b *testing.B, pid int) uint64 {
 		b.Skipf("Postgres does not run on this machine: %v", err)
 	}
 	return st.UTime + st.STime
+}
+
+// The rows a first delivery writes, in the fewest statements the schema
+// allows: no lookups, no locks taken ahead, no state machine, no answers.
+// What they cost Postgres is the floor under deciding and shipping; the
+// functions' figures beside them say what their reading, locking and
+// checking add.
+const (
+	floorDecide = `WITH c AS (
+    INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
+    SELECT k, o, h, 'DONE', '{"http":200,"code":"SUCCESS","outcome":"applied","status":"PAID"}'
+      FROM unnest($1::text[], $2::text[], $3::text[]) AS u(k, o, h)),
+m AS (
+    UPDATE biz_order b SET status = 'PAID', paid_by = u.t, updated_at = now()
+      FROM unnest($2::text[], $4::text[]) AS u(o, t)
+     WHERE b.order_no = u.o AND b.status = 'PENDING_PAY'
+    RETURNING b.order_no)
+INSERT INTO outbox (topic, order_no, payload)
+SELECT 'ORDER_PAID', m.order_no, jsonb_build_object('order_no', m.order_no, 'event_type', 'PAY_SUCCESS',
+       'from', 'PENDING_PAY', 'to', 'PAID', 'biz_key', 'floor') FROM m`
+	floorShip = `WITH i AS (
+    INSERT INTO consumer_inbox (consumer, outbox_id) SELECT 'floor', x FROM unnest($1::bigint[]) AS x),
+s AS (
+    INSERT INTO shipment (order_no, outbox_id, source)
+    SELECT o, x, 'floor' FROM unnest($2::text[], $1::bigint[]) AS u(o, x)),
+m AS (
+    UPDATE biz_order b SET status = 'SHIPPED', updated_at = now()
+      FROM unnest($2::text[]) AS u(o)
+     WHERE b.order_no = u.o AND b.status = 'PAID'
+    RETURNING b.order_no)
+INSERT INTO outbox (topic, order_no, payload)
+SELECT 'ORDER_SHIPPED', m.order_no, jsonb_build_object('order_no', m.order_no, 'event_type', 'SHIP',
+       'from', 'PAID', 'to', 'SHIPPED', 'biz_key', NULL) FROM m`
+)
+
+// What a first delivery's rows cost Postgres per payment, in batches of 32
+// on one session (CPU from /proc, so Postgres must run here): deciding
+// (claim, order, outbox row), shipping (inbox row, shipment, order, outbox
+// row), each as the bare rows ("rows") and as the functions the edge and
+// the shipper call ("function"), and the relay's mark of one outbox row
+// (its own statement, committed asynchronously as the relay does). A
+// delivery pays one decide, one ship and two marks.
+func BenchmarkPaymentFloor(b *testing.B) {
+	const k = 32
+	for _, c := range []struct{ stage, way string }{
+		{"decide", "rows"}, {"decide", "function"}, {"ship", "rows"}, {"ship", "function"}, {"mark", "rows"},
+	} {
+		b.Run(c.stage+"/"+c.way, func(b *testing.B) {
+			bb := benchBundle(b)
+			ctx := context.Background()
+			// The measured session: one connection, through a Store of its
+			// own so that the functions run as the edge and shipper run them.
+			s, err := durable.New(ctx, durable.Config{URL: bb.url, MaxConns: 1, MinConns: 1, GroupCommit: true, NoMigrate: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(s.Close)
+			conn, err := durable.CallbackPool(s).Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// The functions' own plan settings, for the bare statements too.
+			if _, err := conn.Exec(ctx, `SET enable_seqscan = off; SET enable_hashjoin = off; SET enable_mergejoin = off`); err != nil {
+				b.Fatal(err)
+			}
+			if c.stage == "mark" {
+				if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+					b.Fatal(err)
+				}
+			}
+			conn.Release()
+			notes := seedPending(b, bb, b.N*k)
+			var ids []int64 // the ORDER_PAID rows, for ship and mark
+			if c.stage != "decide" {
+				for i := 0; i < len(notes); i += k {
+					if _, err := durable.DecideTogether(ctx, s, notes[i:i+k]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := bb.db.QueryRow(ctx, `SELECT array_agg(id ORDER BY order_no COLLATE "C") FROM outbox WHERE topic = 'ORDER_PAID'`).Scan(&ids); err != nil {
+					b.Fatal(err)
+				}
+				if len(ids) != len(notes) {
+					b.Fatalf("%d paid rows for %d payments", len(ids), len(notes))
+				}
+				slices.SortFunc(notes, func(x, y durable.Notification) int { return strings.Compare(x.OrderNo, y.OrderNo) })
+			}
+			pgPerPayment(b, s, k, func(i int) error {
+				return floorStep(ctx, s, c.stage, c.way, notes[i*k:(i+1)*k], ids[min(i*k, len(ids)):min((i+1)*k, len(ids))])
+			})
+		})
+	}
+}
+
+// floorStep writes one batch's rows of stage, the way named, and checks
+// that every payment of it moved.
+func floorStep(ctx context.Context, s *durable.Store, stage, way string, notes []durable.Notification, ids []int64) error {
+	keys, orders, hashes, trades := make([]string, len(notes)), make([]string, len(notes)), make([]string, len(notes)), make([]string, len(notes))
+	for i, n := range notes {
+		keys[i], orders[i], hashes[i], trades[i] = n.BizKey, n.OrderNo, n.Digest, n.Trade
+	}
+	var moved int64
+	switch stage + "/" + way {
+	case "decide/rows":
+		tag, err := durable.CallbackPool(s).Exec(ctx, floorDecide, keys, orders, hashes, trades)
+		if err != nil {
+			return err
+		}
+		moved = tag.RowsAffected()
+	case "decide/function":
+		o, err := durable.DecideTogether(ctx, s, notes)
+		if err != nil || o != durable.Applied {
+			return fmt.Errorf("decided %v: %v", o, err)
+		}
+		moved = int64(len(notes))
+	case "ship/rows":
+		tag, err := durable.CallbackPool(s).Exec(ctx, floorShip, ids, orders)
+		if err != nil {
+			return err
+		}
+		moved = tag.RowsAffected()
+	case "ship/function":
+		items := make([]durable.ShipItem, len(notes))
+		for i := range notes {
+			items[i] = durable.ShipItem{OutboxID: ids[i], OrderNo: orders[i]}
+		}
+		ds, err := s.ShipMany(ctx, "floor", items)
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			if d.Result == durable.ShipApplied {
+				moved++
+			}
+		}
+	case "mark/rows":
+		tag, err := durable.CallbackPool(s).Exec(ctx, `UPDATE outbox SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL`, ids)
+		if err != nil {
+			return err
+		}
+		moved = tag.RowsAffected()
+	}
+	if moved != int64(len(notes)) {
+		return fmt.Errorf("%d of %d moved", moved, len(notes))
+	}
+	return nil
 }

@@ -125,6 +125,10 @@ func DecideAsBatch(ctx context.Context, s *Store, ns []Notification) (Outcome, e
 	return res[0].res.Outcome, res[0].err
 }
 
+// CallbackPool is s's callback pool, for statements a benchmark runs on
+// the same sessions as Process.
+func CallbackPool(s *Store) *pgxpool.Pool { return s.pool }
+
 // CallbackBackendPID returns the backend pid of a session of s's callback
 // pool (the only one, with MaxConns 1).
 func CallbackBackendPID(ctx context.Context, s *Store) (pid int, err error) {
