@@ -34,9 +34,12 @@ AS $$
 DECLARE
     v_fresh    bigint[]; -- outbox ids whose inbox row this call inserted
     v_fresh_i  int[];    -- the items that inserted them
-    v_first    int[];    -- the item that may move each order
+    v_first    int[];    -- the item that may move each order...
+    v_first_no text[];   -- ...its order...
+    v_first_id bigint[]; -- ...and its outbox id
     v_nos      text[];   -- the orders of v_first that exist, locked...
-    v_states   text[];   -- ...and their states once locked
+    v_states   text[];   -- ...their states once locked...
+    v_ids      bigint[]; -- ...and their items' outbox ids
     v_moved    text[];   -- the orders that moved...
     v_moved_to text[];   -- ...and their new states
 BEGIN
@@ -56,28 +59,33 @@ BEGIN
               FROM unnest(p_outbox_ids, p_order_nos) WITH ORDINALITY AS u(outbox_id, order_no, i)
              WHERE u.outbox_id = ANY (v_fresh)
              ORDER BY u.outbox_id, u.order_no, u.i) f;
-    SELECT coalesce(array_agg(f.i), '{}') INTO v_first
-      FROM (SELECT DISTINCT ON (u.order_no) u.i
+    SELECT coalesce(array_agg(f.i), '{}'), coalesce(array_agg(f.order_no), '{}'), coalesce(array_agg(f.outbox_id), '{}')
+      INTO v_first, v_first_no, v_first_id
+      FROM (SELECT DISTINCT ON (u.order_no) u.i, u.order_no, u.outbox_id
               FROM unnest(p_outbox_ids, p_order_nos) WITH ORDINALITY AS u(outbox_id, order_no, i)
              WHERE u.outbox_id IS NULL OR u.i = ANY (v_fresh_i)
              ORDER BY u.order_no, u.outbox_id NULLS LAST, u.i) f;
 
     -- Every order is locked, in order_no order, before any is changed, and
-    -- the move is decided on the state it was locked in.
-    SELECT coalesce(array_agg(l.order_no), '{}'), coalesce(array_agg(l.status), '{}') INTO v_nos, v_states
-      FROM (SELECT o.order_no, o.status FROM biz_order o
-             WHERE o.order_no = ANY (SELECT p_order_nos[i] FROM unnest(v_first) i)
+    -- the move is decided on the state it was locked in. Its item's outbox
+    -- id rides along to the shipment: a join back to the items by order
+    -- would compare every pair.
+    SELECT coalesce(array_agg(l.order_no), '{}'), coalesce(array_agg(l.status), '{}'), coalesce(array_agg(l.outbox_id), '{}')
+      INTO v_nos, v_states, v_ids
+      FROM (SELECT o.order_no, o.status, f.outbox_id
+              FROM unnest(v_first_no, v_first_id) AS f(order_no, outbox_id)
+              JOIN biz_order o ON o.order_no = f.order_no
              ORDER BY o.order_no
-               FOR UPDATE) l;
+               FOR UPDATE OF o) l;
 
     WITH moved AS (
         UPDATE biz_order o
            SET status = r_to[array_position(r_from, l.status)], updated_at = now()
-          FROM unnest(v_nos, v_states) AS l(order_no, status)
+          FROM unnest(v_nos, v_states, v_ids) AS l(order_no, status, outbox_id)
          WHERE o.order_no = l.order_no
            AND r_act[array_position(r_from, l.status)] IN ('move', 'pay')
         RETURNING o.order_no, l.status AS from_status, o.status AS to_status,
-                  r_topic[array_position(r_from, l.status)] AS topic),
+                  r_topic[array_position(r_from, l.status)] AS topic, l.outbox_id),
     outbox_rows AS (
         INSERT INTO outbox (topic, order_no, payload)
         SELECT m.topic, m.order_no, jsonb_build_object(
@@ -86,9 +94,7 @@ BEGIN
           FROM moved m ORDER BY m.order_no),
     shipments AS (
         INSERT INTO shipment (order_no, outbox_id, source)
-        SELECT m.order_no, p_outbox_ids[i], p_consumer
-          FROM moved m JOIN unnest(v_first) i ON p_order_nos[i] = m.order_no
-         ORDER BY m.order_no)
+        SELECT m.order_no, m.outbox_id, p_consumer FROM moved m ORDER BY m.order_no)
     SELECT coalesce(array_agg(m.order_no), '{}'), coalesce(array_agg(m.to_status), '{}') INTO v_moved, v_moved_to
       FROM moved m;
 
