@@ -45,8 +45,8 @@ func (g *gatedClient) sends() string {
 	return fmt.Sprintf("%d single, %d pipelines", g.singles.Load(), g.pipelines.Load())
 }
 
-// newGatedCache is a cache on miniredis (cfg, if given, its configuration)
-// whose sends wait at g's gate.
+// newGatedCache is a cache on miniredis (cfg, if given, its configuration;
+// else an hour's WaitBudget) whose sends wait at g's gate.
 func newGatedCache(t *testing.T, cfg ...claimcache.Config) (*claimcache.Cache, *gatedClient) {
 	t.Helper()
 	mini := miniredis.RunT(t)
@@ -56,7 +56,10 @@ func newGatedCache(t *testing.T, cfg ...claimcache.Config) (*claimcache.Cache, *
 	}
 	t.Cleanup(func() { client.Close() })
 	g := &gatedClient{UniversalClient: client, gate: make(chan struct{})}
-	var conf claimcache.Config
+	// The gate holds sends as long as a test needs, on a machine as busy
+	// as it is: no call queued behind it gives up meanwhile unless the
+	// test sets a budget of its own.
+	conf := claimcache.Config{WaitBudget: time.Hour}
 	if len(cfg) > 0 {
 		conf = cfg[0]
 	}

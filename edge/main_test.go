@@ -60,10 +60,11 @@ type options struct {
 	cache      bool
 	pendingTTL time.Duration
 	// cacheTimeout is the cache client's per-call timeout (default 25 ms,
-	// as edged runs: fault tests rely on it). A test about where answers
-	// come from, not about a slow Redis, sets a generous one: on a loaded
-	// machine 25 ms is sometimes missed, and the call rightly goes to
-	// Postgres.
+	// as edged runs: fault tests rely on it), and when set also the
+	// cache's WaitBudget for a turn in its pipeline (default 50 ms). A
+	// test about where answers come from, not about a slow Redis, sets a
+	// generous one: on a loaded machine 25 or 50 ms is sometimes missed,
+	// and the call rightly goes to Postgres.
 	cacheTimeout time.Duration
 	wrapCache    func(edge.Cache) edge.Cache
 	// localEntries, with cache, turns on the per-node table of done
@@ -150,7 +151,7 @@ func setup(t testing.TB, o options) *bundle {
 		}
 		t.Cleanup(func() { client.Close() })
 		ccfg := claimcache.Config{
-			Client: client, PendingTTL: cmp.Or(o.pendingTTL, o.budget), WaitBudget: 50 * time.Millisecond,
+			Client: client, PendingTTL: cmp.Or(o.pendingTTL, o.budget), WaitBudget: cmp.Or(o.cacheTimeout, 50*time.Millisecond),
 			BreakerCooldown: 200 * time.Millisecond,
 			LocalEntries:    o.localEntries,
 			OnError:         func(error) { metrics.CacheErrors.Inc() },
