@@ -213,8 +213,12 @@ func setup(t testing.TB, o options) *bundle {
 	return &bundle{
 		url: "http://" + ln.Addr().String(), adminURL: "http://" + aln.Addr().String(),
 		dbURL: dbURL, store: store, db: db, server: srv, redis: redisSrv, cache: cache, queries: queries,
-		// A channel keeps its connections under the per-address cap.
-		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128}},
+		// A channel keeps its connections under the per-address cap, and
+		// drops an idle one well before the server's idle timeout: a POST
+		// sent on a connection the server is closing fails with EOF, and
+		// a POST is not retried by the transport.
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128,
+			IdleConnTimeout: cmp.Or(o.server.IdleTimeout, 5*time.Second) / 2}},
 	}
 }
 
