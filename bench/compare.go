@@ -29,8 +29,9 @@ func ReadReport(path string) (*Report, error) {
 	return &r, nil
 }
 
-// compareFigures are the columns of Compare: throughput and each
-// process's CPU per answered request.
+// compareFigures are the columns of Compare: throughput, each process's
+// CPU per answered request (the load generator's too: it shares the
+// machine), and the p99 latency.
 var compareFigures = []struct {
 	name string
 	get  func(Row) *float64
@@ -43,14 +44,23 @@ var compareFigures = []struct {
 	{"redis µs", func(r Row) *float64 { return r.CPU.Redis }},
 	{"stream redis µs", func(r Row) *float64 { return r.CPU.StreamRedis }},
 	{"machine µs", func(r Row) *float64 { return r.CPU.Machine }},
+	{"driver µs", func(r Row) *float64 { return r.CPU.Driver }},
+	{"p99 ms", func(r Row) *float64 {
+		if r.Lat.P99 == 0 {
+			return nil
+		}
+		ms := float64(r.Lat.P99.Microseconds()) / 1000
+		return &ms
+	}},
 }
 
 // Compare sets two builds side by side: for every scenario both ran, the
 // median over each build's runs of req/s and of the CPU µs per request of
 // the edge, Postgres (and of it, the edge's sessions, where both builds
-// tell them apart), Redis and the whole machine, and the ratio of the
-// second build's median to the first's. The spread between one build's own
-// runs is printed too: a ratio inside it is noise.
+// tell them apart), Redis, the whole machine and the load generator, and
+// of the p99 latency, with the ratio of the second build's median to the
+// first's. The spread between one build's own runs is printed too: a
+// ratio inside it is noise.
 func Compare(before, after Build) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (%d runs) against %s (%d runs): medians, and %s/%s\n", after.Label, len(after.Runs), before.Label, len(before.Runs), after.Label, before.Label)

@@ -400,12 +400,13 @@ func openLoopWorkers(ctx context.Context, tg *Target, name, base string, perSec,
 		tgt.Header = http.Header{"Content-Type": {"application/json"}, "Webhook-Id": {id}, "Webhook-Timestamp": {ts}, "Webhook-Signature": {sig}}
 		return nil
 	}
-	// A transport of our own, closed after the attack: idle keep-alive
-	// connections left behind would pile up across attacks on the edge.
-	// Idle connections are dropped a second before the edge's 5 s idle
-	// timeout: at the same 5 s, a request could go out on a connection the
-	// edge is closing, and fail (a POST is not retried).
-	tr := &http.Transport{MaxIdleConnsPerHost: maxWorkers, MaxConnsPerHost: maxWorkers, IdleConnTimeout: 4 * time.Second}
+	// A transport of our own (fasthttp's exchange: see fastTransport),
+	// closed after the attack: idle keep-alive connections left behind
+	// would pile up across attacks on the edge. Idle connections are
+	// dropped a second before the edge's 5 s idle timeout: at the same 5 s,
+	// a request could go out on a connection the edge is closing, and fail
+	// (a POST is not retried).
+	tr := newFastTransport(maxWorkers, 4*time.Second)
 	defer tr.CloseIdleConnections()
 	attacker := vegeta.NewAttacker(vegeta.Workers(uint64(min(64, maxWorkers))), vegeta.MaxWorkers(uint64(maxWorkers)),
 		vegeta.Client(&http.Client{Transport: tr, Timeout: 5 * time.Second}))
