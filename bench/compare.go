@@ -49,7 +49,7 @@ var compareFigures = []struct {
 		if r.Lat.P99 == 0 {
 			return nil
 		}
-		ms := float64(r.Lat.P99.Microseconds()) / 1000
+		ms := millis(r.Lat.P99)
 		return &ms
 	}},
 }

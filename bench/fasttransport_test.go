@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,14 +14,18 @@ import (
 // serveFast serves h on a loopback port until the test ends.
 func serveFast(t *testing.T, h fasthttp.RequestHandler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var stops []func()
+	srv := &fasthttp.Server{Handler: h}
+	u, err := serveLoopback(&stops, srv.Serve, srv.ShutdownWithContext)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
-	return "http://" + ln.Addr().String()
+	t.Cleanup(func() {
+		for _, stop := range stops {
+			stop()
+		}
+	})
+	return u
 }
 
 // vegeta's results through fastTransport carry what the bench reads of

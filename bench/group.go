@@ -47,7 +47,7 @@ func (r *Report) groupRatios() []Ratio {
 		out = append(out, Ratio{"first at 1 worker: median, group / one at a time", ratio(float64(g1.Lat.P50), float64(a1.Lat.P50)), "<= 1.10"})
 	}
 	if p := r.find("first at 80% of peak"); p != nil {
-		out = append(out, Ratio{"first at 80% of the group peak: p99 in ms", float64(p.Lat.P99.Microseconds()) / 1000, "<= 100"})
+		out = append(out, Ratio{"first at 80% of the group peak: p99 in ms", millis(p.Lat.P99), "<= 100"})
 		// How busy the bench's machine was: near 1 the p99 measures the
 		// queue of a saturated machine (generator included), not the edge.
 		if m := p.CPU.Machine; m != nil {

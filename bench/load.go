@@ -252,6 +252,10 @@ func closedLoop(ctx context.Context, tg *Target, url string, workers int, d time
 	return all
 }
 
+// millis is d in milliseconds, to the microsecond: how the figures print
+// latencies.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
 // percentiles of sorted latencies.
 type percentiles struct {
 	P50, P90, P99, P999, Max time.Duration

@@ -297,7 +297,7 @@ func finishRetention(ctx context.Context, e *env) error {
 	// least) not yet vacuumed.
 	t0 := time.Now()
 	if _, err := e.st.Store.OldestRowAges(ctx); err == nil {
-		f.AgesReadMillis = float64(time.Since(t0).Microseconds()) / 1000
+		f.AgesReadMillis = millis(time.Since(t0))
 	}
 	f.DeleteSeconds = ended.Sub(r.start).Seconds()
 	f.DeletedInAttack, f.Batches = r.deleted.Load(), r.batches.Load()
@@ -334,9 +334,8 @@ func (e *env) retentionFigures(rep *Report) *RetentionFigures {
 		return nil
 	}
 	f := e.retention.figures
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	if b, d := rep.find(retentionBefore), rep.find(retentionDuring); b != nil && d != nil {
-		f.P99Without, f.P99With = ms(b.Lat.P99), ms(d.Lat.P99)
+		f.P99Without, f.P99With = millis(b.Lat.P99), millis(d.Lat.P99)
 		f.P99BySecondWithout, f.P99BySecondWith = p99BySecond(b.Points), p99BySecond(d.Points)
 		if f.P99Without > 0 {
 			f.Ratio = f.P99With / f.P99Without
@@ -573,7 +572,7 @@ func p99BySecond(points []Point) []float64 {
 	}
 	out := make([]float64, len(buckets))
 	for i, b := range buckets {
-		out[i] = float64(percentilesOf(b).P99.Microseconds()) / 1000
+		out[i] = millis(percentilesOf(b).P99)
 	}
 	return out
 }
