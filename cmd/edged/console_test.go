@@ -133,7 +133,7 @@ func consoleNode(t *testing.T) (*Main, *pgxpool.Pool) {
 	for i, order := range []string{"C-LATE-1", "C-LATE-2", xssImgOrder, xssScriptOrder} {
 		body := fmt.Sprintf(`{"channel_txn_id":"CT-%d","event_type":"PAY_SUCCESS","order_no":%s,"amount":500,"currency":"CNY","note":%s}`,
 			i, strconv.Quote(order), strconv.Quote(xssNote))
-		resp, err := http.DefaultClient.Do(signedPost(m.Addr(), secret, fmt.Sprintf("c-%d", i), body))
+		resp, err := testClient.Do(signedPost(m.Addr(), secret, fmt.Sprintf("c-%d", i), body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 	pay := func(txn, order string) {
 		t.Helper()
 		body := `{"channel_txn_id":"` + txn + `","event_type":"PAY_SUCCESS","order_no":"` + order + `","amount":5,"currency":"CNY"}`
-		resp, err := http.DefaultClient.Do(signedPost(m.Addr(), secret, "m-"+txn, body))
+		resp, err := testClient.Do(signedPost(m.Addr(), secret, "m-"+txn, body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 
 	req, _ := http.NewRequest("POST", "http://"+m.AdminAddr()+"/cache/epoch", nil)
 	req.Header.Set("Authorization", "Bearer tok")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,13 @@ func (p *proc) wait() {
 	close(p.exited)
 }
 
+// testClient is the client of these tests' requests to edged. It drops a
+// keep-alive connection once it has been idle for half the public
+// listener's default idle timeout (5 s): a POST sent on a connection the
+// server is closing at that moment fails with EOF, and the transport does
+// not retry a POST.
+var testClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{IdleConnTimeout: 2500 * time.Millisecond}}
+
 // signedPost is the POST of body to channel acme at addr, signed with
 // secret now under webhook-id id. Every signed request of these tests is
 // built here: the clock is read once, since the signature and the

@@ -213,7 +213,7 @@ func (r *reconcileRig) aliCallback(t *testing.T, addr, no, tradeNo string) (int,
 // the test (from any goroutine) and returns 0.
 func send(t *testing.T, req *http.Request) (int, string) {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Error(err)
 		return 0, ""

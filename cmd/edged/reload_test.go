@@ -167,7 +167,7 @@ func TestReloadRotatesUnderLoad(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest("POST", "http://"+m.AdminAddr()+"/reload", nil)
 		req.Header.Set("Authorization", "Bearer tok")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +267,7 @@ func (r *rotation) run(wg *sync.WaitGroup, stop <-chan struct{}) {
 func sendOnce(t *testing.T, addr, secret string) int {
 	t.Helper()
 	body := `{"channel_txn_id":"probe","event_type":"PAY_SUCCESS","order_no":"R-000001","amount":5,"currency":"CNY"}`
-	resp, err := http.DefaultClient.Do(signedPost(addr, secret, "probe", body))
+	resp, err := testClient.Do(signedPost(addr, secret, "probe", body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func sendWxOnce(t *testing.T, addr string, s *channeltest.WeChatPaySigner) int {
 	for k, v := range h {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 	}
 	body := `{"channel_txn_id":"T-w","event_type":"PAY_SUCCESS","order_no":"O-w","amount":5,"currency":"CNY"}`
 	post := func(id string) *http.Response {
-		resp, err := http.DefaultClient.Do(signedPost(m.Addr(), secret, id, body))
+		resp, err := testClient.Do(signedPost(m.Addr(), secret, id, body))
 		if err != nil {
 			t.Fatal(err)
 		}
