@@ -41,6 +41,7 @@ var compareFigures = []struct {
 	{"postgres µs", func(r Row) *float64 { return r.CPU.Postgres }},
 	{"postgres edge µs", func(r Row) *float64 { return r.CPU.PostgresEdge }},
 	{"postgres ship µs", func(r Row) *float64 { return r.CPU.PostgresShip }},
+	{"postgres relay µs", func(r Row) *float64 { return r.CPU.PostgresRelay }},
 	{"redis µs", func(r Row) *float64 { return r.CPU.Redis }},
 	{"stream redis µs", func(r Row) *float64 { return r.CPU.StreamRedis }},
 	{"machine µs", func(r Row) *float64 { return r.CPU.Machine }},

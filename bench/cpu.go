@@ -46,9 +46,14 @@ type CPUCost struct {
 	PostgresEdge *float64 `json:"postgres_edge,omitempty"`
 	// PostgresShip is the part of Postgres that serves the reference
 	// shipper's connections (our own stack only): shipping the paid
-	// orders, which keeps pace with the deliveries. What Postgres spends
-	// beyond this and PostgresEdge is the relay's and the server's own.
+	// orders, which keeps pace with the deliveries.
 	PostgresShip *float64 `json:"postgres_ship,omitempty"`
+	// PostgresRelay is the part of Postgres that serves the outbox relay's
+	// connection (our own stack only): reading the unpublished rows and
+	// marking them published. What Postgres spends beyond it, PostgresEdge
+	// and PostgresShip is the server's own (WAL writer, checkpointer,
+	// autovacuum).
+	PostgresRelay *float64 `json:"postgres_relay,omitempty"`
 	// Redis is the cache's redis-server process (and the stream's, unless
 	// the stream has one of its own).
 	Redis *float64 `json:"redis"`
@@ -74,6 +79,7 @@ const (
 	colPostgresEdge
 	colStreamRedis
 	colPostgresShip
+	colPostgresRelay
 	nCols
 )
 
@@ -93,11 +99,11 @@ type cpuProbe struct {
 	// ours); its pid is asked at every sample, because the redis-down
 	// scenario restarts it. streamRedis is the stream's own, if any.
 	redis, streamRedis string
-	// db finds the backends of the edge's and the shipper's sessions,
-	// application_name edgeApp and shipApp, at every sample ("": not told
-	// apart).
-	db               *pgxpool.Pool
-	edgeApp, shipApp string
+	// db finds the backends of the edge's, the shipper's and the relay's
+	// sessions, application_name edgeApp, shipApp and relayApp, at every
+	// sample ("": not told apart).
+	db                         *pgxpool.Pool
+	edgeApp, shipApp, relayApp string
 }
 
 // sample reads every column the probe knows of.
@@ -117,7 +123,7 @@ func (p *cpuProbe) sample() cpuSample {
 	// The sessions' backends are asked before the ticks are read, as
 	// redis's pid is.
 	sessions := map[int][]int{}
-	for col, app := range map[int]string{colPostgresEdge: p.edgeApp, colPostgresShip: p.shipApp} {
+	for col, app := range map[int]string{colPostgresEdge: p.edgeApp, colPostgresShip: p.shipApp, colPostgresRelay: p.relayApp} {
 		if app == "" {
 			continue
 		}
@@ -175,7 +181,7 @@ func cost(before, after cpuSample, n int) CPUCost {
 	}
 	return CPUCost{Machine: out[colMachine], Edge: out[colEdge], Postgres: out[colPostgres],
 		Redis: out[colRedis], Relay: out[colRelay], Driver: out[colDriver], PostgresEdge: out[colPostgresEdge],
-		StreamRedis: out[colStreamRedis], PostgresShip: out[colPostgresShip]}
+		StreamRedis: out[colStreamRedis], PostgresShip: out[colPostgresShip], PostgresRelay: out[colPostgresRelay]}
 }
 
 // backendsOf returns the pids of the backends whose application_name is

@@ -241,10 +241,12 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 }
 
 // edgeApplication is the application_name of the edge part's sessions,
-// shipApplication the reference shipper's.
+// shipApplication the reference shipper's, relayApplication the outbox
+// relay's connection (its name is the relay's own).
 const (
-	edgeApplication = "notifyedge-bench-edge"
-	shipApplication = "notifyedge-bench-shipper"
+	edgeApplication  = "notifyedge-bench-edge"
+	shipApplication  = "notifyedge-bench-shipper"
+	relayApplication = durable.RelayApplication
 )
 
 // withApplicationName sets application_name in a postgres:// URL.

@@ -329,7 +329,7 @@ func (e *env) probe(ctx context.Context) *cpuProbe {
 			p.streamRedis = e.st.StreamRedis.Addr()
 		}
 		if p.postgres != 0 {
-			p.db, p.edgeApp, p.shipApp = e.db, edgeApplication, shipApplication
+			p.db, p.edgeApp, p.shipApp, p.relayApp = e.db, edgeApplication, shipApplication, relayApplication
 		}
 	}
 	return p

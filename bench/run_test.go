@@ -44,7 +44,7 @@ func TestBenchQuick(t *testing.T) {
 	// during redis-down: its column cannot be read there.
 	first := rep.find("first").CPU
 	for name, v := range map[string]*float64{"machine": first.Machine, "edge": first.Edge, "postgres": first.Postgres,
-		"postgres edge": first.PostgresEdge, "postgres ship": first.PostgresShip, "redis": first.Redis, "relay": first.Relay, "driver": first.Driver} {
+		"postgres edge": first.PostgresEdge, "postgres ship": first.PostgresShip, "postgres relay": first.PostgresRelay, "redis": first.Redis, "relay": first.Relay, "driver": first.Driver} {
 		if v == nil {
 			t.Errorf("first: no %s CPU", name)
 		} else if *v < 0 || (*v == 0 && name != "redis" && name != "relay") {
@@ -54,9 +54,12 @@ func TestBenchQuick(t *testing.T) {
 	if first.Machine != nil && first.Edge != nil && first.Postgres != nil && *first.Machine < *first.Edge+*first.Postgres {
 		t.Errorf("first: machine %.1f µs < edge %.1f + Postgres %.1f", *first.Machine, *first.Edge, *first.Postgres)
 	}
-	// The edge's and the shipper's sessions are parts of Postgres.
-	if first.PostgresEdge != nil && first.PostgresShip != nil && first.Postgres != nil && *first.PostgresEdge+*first.PostgresShip > *first.Postgres {
-		t.Errorf("first: Postgres for the edge %.1f µs + the shipper %.1f > all of Postgres %.1f", *first.PostgresEdge, *first.PostgresShip, *first.Postgres)
+	// The edge's, the shipper's and the relay's sessions are parts of
+	// Postgres.
+	if first.PostgresEdge != nil && first.PostgresShip != nil && first.PostgresRelay != nil && first.Postgres != nil &&
+		*first.PostgresEdge+*first.PostgresShip+*first.PostgresRelay > *first.Postgres {
+		t.Errorf("first: Postgres for the edge %.1f µs + the shipper %.1f + the relay %.1f > all of Postgres %.1f",
+			*first.PostgresEdge, *first.PostgresShip, *first.PostgresRelay, *first.Postgres)
 	}
 	if rep.find("redis-down (killed at 1/2)").CPU.Redis != nil {
 		t.Error("redis-down: a Redis CPU figure across a restart")
@@ -123,8 +126,9 @@ func TestBenchAgainstATarget(t *testing.T) {
 	// The target's processes are not ours: their CPU columns stay empty,
 	// except Postgres, whose data directory is on this machine.
 	c := rep.find("first").CPU
-	if c.Edge != nil || c.Redis != nil || c.Relay != nil || c.PostgresEdge != nil {
-		t.Errorf("first against a target: edge %v, redis %v, relay %v, postgres edge %v CPU, want none", c.Edge, c.Redis, c.Relay, c.PostgresEdge)
+	if c.Edge != nil || c.Redis != nil || c.Relay != nil || c.PostgresEdge != nil || c.PostgresRelay != nil {
+		t.Errorf("first against a target: edge %v, redis %v, relay %v, postgres edge %v, postgres relay %v CPU, want none",
+			c.Edge, c.Redis, c.Relay, c.PostgresEdge, c.PostgresRelay)
 	}
 	if c.Machine == nil || c.Driver == nil || c.Postgres == nil {
 		t.Errorf("first against a target: machine %v, driver %v, postgres %v CPU, want all", c.Machine, c.Driver, c.Postgres)

@@ -84,14 +84,15 @@ func (r *Report) Table() string {
 		fmt.Fprintf(&b, "| %-30s | %-26s | %9d | %9.0f | %7s | %7s | %7s | %8s | %8s | %-22s | %s |",
 			row.Name, row.Driver, row.Requests, row.ReqPerSec, ms(row.Lat.P50), ms(row.Lat.P90), ms(row.Lat.P99), ms(row.Lat.P999), ms(row.Lat.Max), strings.Join(codes, " "), check)
 		c := row.CPU
-		for _, v := range []*float64{c.Machine, c.Edge, c.Postgres, c.PostgresEdge, c.PostgresShip, c.Redis, c.StreamRedis, c.Relay, c.Driver} {
+		for _, v := range []*float64{c.Machine, c.Edge, c.Postgres, c.PostgresEdge, c.PostgresShip, c.PostgresRelay, c.Redis, c.StreamRedis, c.Relay, c.Driver} {
 			fmt.Fprintf(&b, " %10s |", micros(v))
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\nCPU µs per answered request, from /proc before and after each attack: machine is all CPUs' busy time;\n" +
 		"pg is the postmaster with all its backends, pg edge the backends of the edge's own sessions (deciding the deliveries),\n" +
-		"pg ship the reference shipper's (shipping the paid orders; the rest of pg is the relay's and the server's own);\n" +
+		"pg ship the reference shipper's (shipping the paid orders), pg relay the outbox relay's (reading and marking the rows;\n" +
+		"the rest of pg is the server's own: WAL writer, checkpoints, autovacuum);\n" +
 		"redis is the cache's redis-server, and the outbox stream's unless -stream-redis gave it its own (stream);\n" +
 		"relay is the outbox relay and the shipper (their own process);\n" +
 		"driver is the bench process, the load generator (for the ceilings, with their server in it). Empty: not readable.\n")
@@ -126,7 +127,7 @@ func (r *Report) Table() string {
 }
 
 // cpuColumns head the table's CPU columns, in CPUCost's order.
-var cpuColumns = []string{"machine µs", "edge µs", "pg µs", "pg edge µs", "pg ship µs", "redis µs", "stream µs", "relay µs", "driver µs"}
+var cpuColumns = []string{"machine µs", "edge µs", "pg µs", "pg edge µs", "pg ship µs", "pg relay µs", "redis µs", "stream µs", "relay µs", "driver µs"}
 
 // micros formats µs per request: empty when unknown, one decimal below 10.
 func micros(v *float64) string {

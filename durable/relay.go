@@ -36,6 +36,10 @@ type RelayConfig struct {
 	OnError func(error)
 }
 
+// RelayApplication is the application_name of the relay's connection:
+// monitoring (pg_stat_activity) tells its session from the nodes' by it.
+const RelayApplication = "notifyedge-relay"
+
 // outboxChannel is the LISTEN/NOTIFY channel that wakes the relay.
 const outboxChannel = "notifyedge_outbox"
 
@@ -190,7 +194,7 @@ func (s *Store) relayConnConfig() *pgx.ConnConfig {
 	for _, p := range []string{"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"} {
 		delete(cc.RuntimeParams, p)
 	}
-	cc.RuntimeParams["application_name"] = "notifyedge-relay"
+	cc.RuntimeParams["application_name"] = RelayApplication
 	// Marking rows published need not wait for the disk: a mark lost in a
 	// crash only sends its rows again, which consumers dedup on the outbox
 	// id (at least once, as a crash between publish and mark already does).
