@@ -201,6 +201,7 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 		return r, err
 	}
 	metrics := edge.NewMetrics([]string{Channel})
+	metrics.RegisterGroupCommit(store) // the group-commit store's only: the other decides alone
 	// The load generator is one address standing for many channels, as a
 	// proxy in front would be: no per-address connection cap.
 	server, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: store, Cache: cache,

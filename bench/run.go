@@ -80,7 +80,11 @@ type Row struct {
 	Errors    int            `json:"errors"`
 	Codes     map[int]int    `json:"codes"`
 	Outcomes  map[string]int `json:"outcomes,omitempty"`
-	Check     string         `json:"invariants"`
+	// Group is what group commit did during the attack, from the edge's
+	// notifyedge_group_* counters: "batches", and deliveries by how they
+	// were decided ("batched", "alone", "busy", "retried").
+	Group map[string]int `json:"group_commit,omitempty"`
+	Check string         `json:"invariants"`
 	// CPU is what each part spent per answered request.
 	CPU CPUCost `json:"cpu_us_per_request"`
 	// Breakdown is where Redis's and Postgres's time went (Config.Breakdown).
@@ -255,7 +259,7 @@ func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool)
 		}
 	}
 	t := newTally(e.tg.Channel)
-	before := outcomes(e.tg)
+	before := counts(e.tg)
 	if e.stats != nil {
 		if err := resetBreakdown(ctx, e.db, e.stats); err != nil {
 			return err
@@ -275,7 +279,8 @@ func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool)
 			err = fmt.Errorf("bench: %s: %w", s.name, aerr)
 		}
 	}
-	r.Outcomes = diff(outcomes(e.tg), before)
+	after := counts(e.tg)
+	r.Outcomes, r.Group = diff(after.outcomes, before.outcomes), diff(after.group, before.group)
 	if checked {
 		r.Check = "ok"
 		if ierr := invariants(ctx, e.db, e.prefix, t); ierr != nil {
@@ -443,13 +448,19 @@ func openLoopWorkers(ctx context.Context, tg *Target, name, base string, perSec,
 		Errors: t.errors, Codes: t.codes, Points: points}
 }
 
-// outcomes reads notifyedge_requests_total by outcome from the edge's
-// /metrics (our own edge's admin listener, or the deployment's).
-func outcomes(tg *Target) map[string]int { return scrapeOutcomes(tg.AdminURL) }
+// edgeCounts is what the bench reads of the edge's counters: answers by
+// outcome, and group commit's batches and deliveries by how they were
+// decided.
+type edgeCounts struct{ outcomes, group map[string]int }
 
-// scrapeOutcomes parses notifyedge_requests_total lines of a /metrics page.
-func scrapeOutcomes(admin string) map[string]int {
-	out := map[string]int{}
+// counts reads the edge's /metrics (our own edge's admin listener, or the
+// deployment's).
+func counts(tg *Target) edgeCounts { return scrapeCounts(tg.AdminURL) }
+
+// scrapeCounts parses the notifyedge_requests_total and
+// notifyedge_group_* lines of a /metrics page.
+func scrapeCounts(admin string) edgeCounts {
+	out := edgeCounts{outcomes: map[string]int{}, group: map[string]int{}}
 	if admin == "" {
 		return out
 	}
@@ -460,18 +471,32 @@ func scrapeOutcomes(admin string) map[string]int {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(b), "\n") {
-		rest, ok := strings.CutPrefix(line, "notifyedge_requests_total{")
-		if !ok {
+		// name{labels} value: a label's value may hold a space, the value
+		// does not.
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
 			continue
 		}
-		_, after, _ := strings.Cut(rest, `outcome="`)
-		outcome, tail, _ := strings.Cut(after, `"`)
-		_, value, _ := strings.Cut(tail, "} ")
+		name := line[:i]
 		var n float64
-		fmt.Sscan(value, &n)
-		out[outcome] += int(n)
+		fmt.Sscan(line[i+1:], &n)
+		switch family, labels, _ := strings.Cut(name, "{"); family {
+		case "notifyedge_requests_total":
+			out.outcomes[labelValue(labels, "outcome")] += int(n)
+		case "notifyedge_group_batches_total":
+			out.group["batches"] += int(n)
+		case "notifyedge_group_deliveries_total":
+			out.group[labelValue(labels, "how")] += int(n)
+		}
 	}
 	return out
+}
+
+// labelValue returns label's value in a sample's label list (`a="x",b="y"}`).
+func labelValue(labels, label string) string {
+	_, after, _ := strings.Cut(labels, label+`="`)
+	v, _, _ := strings.Cut(after, `"`)
+	return v
 }
 
 func diff(after, before map[string]int) map[string]int {

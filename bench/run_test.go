@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -66,6 +69,52 @@ func TestBenchQuick(t *testing.T) {
 	}
 	if first.StreamRedis != nil {
 		t.Error("first: a stream Redis figure, with the stream on the cache's Redis")
+	}
+	// Group commit's counters cover the row: 16 workers' first deliveries
+	// go in batches, and the edge that decides alone has none.
+	if g := rep.find("first").Group; g["batches"] == 0 || g["batched"] < 2*g["batches"] {
+		t.Errorf("first: group commit %v, want batches of two or more", g)
+	}
+	if g := rep.find(nameFirstAlone).Group; g["batches"] != 0 {
+		t.Errorf("%s: group commit %v, want no batch", nameFirstAlone, g)
+	}
+}
+
+// The edge's counters are read from a /metrics page as client_golang
+// writes it, and what group commit did becomes a line per row.
+func TestScrapeCountsAndGroupLine(t *testing.T) {
+	page := `# HELP notifyedge_requests_total Answers.
+# TYPE notifyedge_requests_total counter
+notifyedge_requests_total{channel="bench",outcome="applied",path="durable"} 40
+notifyedge_requests_total{channel="bench",outcome="applied",path="cache"} 2
+notifyedge_requests_total{channel="a b",outcome="replayed_cache",path="cache"} 7
+notifyedge_group_batches_total 5
+notifyedge_group_deliveries_total{how="alone"} 2
+notifyedge_group_deliveries_total{how="batched"} 40
+notifyedge_group_deliveries_total{how="busy"} 0
+`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, page)
+	}))
+	defer srv.Close()
+	c := scrapeCounts(srv.URL)
+	if c.outcomes["applied"] != 42 || c.outcomes["replayed_cache"] != 7 || len(c.outcomes) != 2 {
+		t.Errorf("outcomes %v, want applied 42, replayed_cache 7", c.outcomes)
+	}
+	if c.group["batches"] != 5 || c.group["batched"] != 40 || c.group["alone"] != 2 {
+		t.Errorf("group %v, want 5 batches, 40 batched, 2 alone", c.group)
+	}
+	line, ok := groupLine(Row{Name: "first", Requests: 42, ReqPerSec: 84, Group: c.group})
+	if !ok || !strings.Contains(line, "8.0 deliveries a batch") || !strings.Contains(line, "10 batches a second") ||
+		!strings.Contains(line, "4.8% of deliveries alone") {
+		t.Errorf("group line %q", line)
+	}
+	if _, ok := groupLine(Row{Name: "alone", Requests: 42, ReqPerSec: 84}); ok {
+		t.Error("a group line for a row without batches")
 	}
 }
 

@@ -92,7 +92,7 @@ func (r *Report) Table() string {
 	b.WriteString("\nCPU µs per answered request, from /proc before and after each attack: machine is all CPUs' busy time;\n" +
 		"pg is the postmaster with all its backends, pg edge the backends of the edge's own sessions (deciding the deliveries),\n" +
 		"pg ship the reference shipper's (shipping the paid orders), pg relay the outbox relay's (reading and marking the rows;\n" +
-		"the rest of pg is the server's own: WAL writer, checkpoints, autovacuum);\n" +
+		"the rest of pg is other sessions' and the server's background work: WAL writer, checkpoints, autovacuum);\n" +
 		"redis is the cache's redis-server, and the outbox stream's unless -stream-redis gave it its own (stream);\n" +
 		"relay is the outbox relay and the shipper (their own process);\n" +
 		"driver is the bench process, the load generator (for the ceilings, with their server in it). Empty: not readable.\n")
@@ -109,6 +109,15 @@ func (r *Report) Table() string {
 		sort.Strings(parts)
 		fmt.Fprintf(&b, "  %-30s %s\n", row.Name, strings.Join(parts, ", "))
 	}
+	var group []string
+	for _, row := range r.Rows {
+		if line, ok := groupLine(row); ok {
+			group = append(group, line)
+		}
+	}
+	if len(group) > 0 {
+		b.WriteString("\nGroup commit (from notifyedge_group_*):\n" + strings.Join(group, ""))
+	}
 	b.WriteString("\nRatios (same run, same driver and concurrency):\n")
 	for _, q := range r.Ratios() {
 		fmt.Fprintf(&b, "  %-52s %6.2f   target %s\n", q.Name, q.Value, q.Target)
@@ -124,6 +133,20 @@ func (r *Report) Table() string {
 		b.WriteString(f.table())
 	}
 	return b.String()
+}
+
+// groupLine says what group commit did in row: deliveries a batch,
+// batches a second, and the share of deliveries decided in a transaction
+// of their own (false: no batch in the row).
+func groupLine(row Row) (string, bool) {
+	g := row.Group
+	if g["batches"] == 0 || row.Requests == 0 {
+		return "", false
+	}
+	perSec := float64(g["batches"]) * row.ReqPerSec / float64(row.Requests)
+	alone := 100 * float64(g["alone"]) / float64(g["batched"]+g["alone"])
+	return fmt.Sprintf("  %-30s %5.1f deliveries a batch, %5.0f batches a second, %4.1f%% of deliveries alone\n",
+		row.Name, float64(g["batched"])/float64(g["batches"]), perSec, alone), true
 }
 
 // cpuColumns head the table's CPU columns, in CPUCost's order.

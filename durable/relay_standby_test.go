@@ -37,7 +37,7 @@ func TestRelayStandbyHoldsNoSnapshot(t *testing.T) {
 		var idle, pinned int
 		if err := b.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'idle' AND query LIKE '%pg_try_advisory_lock%'),
 			count(backend_xmin) FILTER (WHERE state = 'idle')
-			FROM pg_stat_activity WHERE application_name = 'notifyedge-relay' AND datname = current_database()`).Scan(&idle, &pinned); err != nil {
+			FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`, durable.RelayApplication).Scan(&idle, &pinned); err != nil {
 			t.Fatal(err)
 		}
 		if pinned != 0 {
@@ -53,7 +53,7 @@ func TestRelayStandbyHoldsNoSnapshot(t *testing.T) {
 	}
 	var sessions int
 	if err := b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = 'notifyedge-relay' AND datname = current_database()`).Scan(&sessions); err != nil {
+		WHERE application_name = $1 AND datname = current_database()`, durable.RelayApplication).Scan(&sessions); err != nil {
 		t.Fatal(err)
 	}
 	if sessions != 1 {

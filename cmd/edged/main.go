@@ -230,7 +230,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.ready.Store(store)
 	m.server.SetAuthority(store)
 	metrics.RegisterBacklog(store)
-	metrics.Registry.MustRegister(groupCollector{store: store})
+	metrics.RegisterGroupCommit(store)
 	m.reconcileState.Store("off")
 	if err := m.startReconcile(metrics, queriers); err != nil {
 		return err

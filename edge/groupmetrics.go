@@ -1,4 +1,4 @@
-package main
+package edge
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -6,10 +6,20 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 )
 
-// groupCollector exports group commit's counters: how deliveries were
-// decided (batched, alone, handed back busy, retried after a failed batch)
-// and how many batches; batched ÷ batches is the mean batch size.
-type groupCollector struct{ store *durable.Store }
+// GroupCommit is where group commit's counters are read (*durable.Store;
+// nil stats when it is off).
+type GroupCommit interface {
+	GroupStats() *durable.GroupStats
+}
+
+// RegisterGroupCommit adds notifyedge_group_batches_total and
+// notifyedge_group_deliveries_total{how}, read from g at scrape time:
+// how deliveries were decided (batched, alone, handed back busy, retried
+// after a failed batch) and how many batches; batched ÷ batches is the
+// mean batch size.
+func (m *Metrics) RegisterGroupCommit(g GroupCommit) {
+	m.Registry.MustRegister(groupCollector{src: g})
+}
 
 var (
 	descGroupBatches = prometheus.NewDesc("notifyedge_group_batches_total",
@@ -20,13 +30,15 @@ var (
 			"retried (decided again alone after its batch failed).", []string{"how"}, nil)
 )
 
+type groupCollector struct{ src GroupCommit }
+
 func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descGroupBatches
 	ch <- descGroupDeliveries
 }
 
 func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.store.GroupStats()
+	st := c.src.GroupStats()
 	if st == nil {
 		return
 	}
@@ -39,5 +51,3 @@ func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descGroupDeliveries, st.Busy.Load(), "busy")
 	counter(descGroupDeliveries, st.Retried.Load(), "retried")
 }
-
-var _ prometheus.Collector = groupCollector{}
