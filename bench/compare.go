@@ -58,10 +58,10 @@ var compareFigures = []struct {
 // Compare sets two builds side by side: for every scenario both ran, the
 // median over each build's runs of req/s and of the CPU µs per request of
 // the edge, Postgres (and of it, the edge's, the shipper's and the relay's
-// sessions, where both builds tell them apart), Redis, the whole machine and the load generator, and
-// of the p99 latency, with the ratio of the second build's median to the
-// first's. The spread between one build's own runs is printed too: a
-// ratio inside it is noise.
+// sessions, where both builds tell them apart), Redis, the whole machine
+// and the load generator, and of the p99 latency, with the ratio of the
+// second build's median to the first's. The spread between one build's own
+// runs is printed too: a ratio inside it is noise.
 func Compare(before, after Build) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (%d runs) against %s (%d runs): medians, and %s/%s\n", after.Label, len(after.Runs), before.Label, len(before.Runs), after.Label, before.Label)

@@ -83,8 +83,7 @@ func (r *Report) Table() string {
 		}
 		fmt.Fprintf(&b, "| %-30s | %-26s | %9d | %9.0f | %7s | %7s | %7s | %8s | %8s | %-22s | %s |",
 			row.Name, row.Driver, row.Requests, row.ReqPerSec, ms(row.Lat.P50), ms(row.Lat.P90), ms(row.Lat.P99), ms(row.Lat.P999), ms(row.Lat.Max), strings.Join(codes, " "), check)
-		c := row.CPU
-		for _, v := range []*float64{c.Machine, c.Edge, c.Postgres, c.PostgresEdge, c.PostgresShip, c.PostgresRelay, c.Redis, c.StreamRedis, c.Relay, c.Driver} {
+		for _, v := range row.CPU.columns() {
 			fmt.Fprintf(&b, " %10s |", micros(v))
 		}
 		b.WriteString("\n")
@@ -149,8 +148,15 @@ func groupLine(row Row) (string, bool) {
 		row.Name, float64(g["batched"])/float64(g["batches"]), perSec, alone), true
 }
 
-// cpuColumns head the table's CPU columns, in CPUCost's order.
+// cpuColumns head the table's CPU columns, in the order of
+// CPUCost.columns.
 var cpuColumns = []string{"machine µs", "edge µs", "pg µs", "pg edge µs", "pg ship µs", "pg relay µs", "redis µs", "stream µs", "relay µs", "driver µs"}
+
+// columns returns c's figures in the table's column order (cpuColumns):
+// the one place a new figure takes its column.
+func (c CPUCost) columns() []*float64 {
+	return []*float64{c.Machine, c.Edge, c.Postgres, c.PostgresEdge, c.PostgresShip, c.PostgresRelay, c.Redis, c.StreamRedis, c.Relay, c.Driver}
+}
 
 // micros formats µs per request: empty when unknown, one decimal below 10.
 func micros(v *float64) string {
