@@ -45,7 +45,8 @@ type Config struct {
 	// skipped, and the CPU of parts whose process is not known here
 	// (edge, Redis, relay) is not reported.
 	Target *Target
-	// Scenarios, if set, selects scenarios and ceilings by name prefix.
+	// Scenarios, if set, selects scenarios and ceilings by name prefix. An
+	// empty name selects nothing: "first," is "first", not every row.
 	Scenarios []string
 	// Rate, if > 0, is the constant rate of the vegeta attacks instead of a
 	// share of the measured peak.
@@ -317,7 +318,7 @@ func (e *env) wanted(name string) bool {
 		return true
 	}
 	for _, s := range e.cfg.Scenarios {
-		if strings.HasPrefix(name, s) {
+		if s != "" && strings.HasPrefix(name, s) {
 			return true
 		}
 	}

@@ -183,3 +183,22 @@ func TestBenchAgainstATarget(t *testing.T) {
 		t.Errorf("first against a target: machine %v, driver %v, postgres %v CPU, want all", c.Machine, c.Driver, c.Postgres)
 	}
 }
+
+// A stray comma in -scenario must not select every row (a twelve-minute
+// run for a one-minute question).
+func TestWantedByPrefix(t *testing.T) {
+	e := &env{cfg: Config{Scenarios: []string{"first", ""}}}
+	for name, want := range map[string]bool{
+		"first":                   true,
+		"first at 80% of peak":    true,
+		"hotdup (cache on)":       false,
+		"ceiling: no-op fasthttp": false,
+	} {
+		if got := e.wanted(name); got != want {
+			t.Errorf("-scenario first, : wanted(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if all := (&env{}); !all.wanted("hotdup (cache on)") {
+		t.Error("no -scenario: every row is wanted")
+	}
+}
