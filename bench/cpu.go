@@ -88,9 +88,10 @@ const (
 type cpuSample struct {
 	ticks [nCols]uint64
 	ok    [nCols]bool
-	// pids read, to tell a restarted process (its ticks start again from
-	// zero, and the old one's are lost) from the same one.
-	pids [nCols]int
+	// who was read: a process's pid, or a session's backends' pids, to
+	// tell a restarted process or a reconnected session (its ticks start
+	// again from zero, and the old one's are lost) from the same one.
+	who [nCols]string
 }
 
 // cpuProbe knows where each part runs. A zero pid is a part not read.
@@ -139,16 +140,15 @@ func (p *cpuProbe) sample() cpuSample {
 	for col, pids := range sessions {
 		// A backend's own time: the pools keep their connections, so the
 		// same backends are read before and after an attack. The relay's
-		// reconnects after a failure (Redis down): the set's fingerprint
-		// stands for its pid, so a changed set leaves the figure empty.
-		fp := p.postgres
-		for _, pid := range slices.Sorted(slices.Values(pids)) {
+		// reconnects after a failure (Redis down): a changed set of
+		// backends leaves the figure empty.
+		slices.Sort(pids)
+		for _, pid := range pids {
 			if st, ok := procs[pid]; ok {
 				s.ticks[col] += st.UTime + st.STime
 			}
-			fp = fp*31 + pid
 		}
-		s.ok[col], s.pids[col] = true, fp
+		s.ok[col], s.who[col] = true, fmt.Sprint(pids)
 	}
 	if t, err := machineBusyTicks(); err == nil {
 		s.ticks[colMachine], s.ok[colMachine] = t, true
@@ -158,7 +158,7 @@ func (p *cpuProbe) sample() cpuSample {
 			continue
 		}
 		if t, ok := treeTicks(procs, pid); ok {
-			s.ticks[col], s.ok[col], s.pids[col] = t, true, pid
+			s.ticks[col], s.ok[col], s.who[col] = t, true, strconv.Itoa(pid)
 		}
 	}
 	// The driver is this process's own time only: its cutime and cstime
@@ -177,7 +177,7 @@ func cost(before, after cpuSample, n int) CPUCost {
 	if n > 0 {
 		us := 1e6 / float64(procstat.ClockTicks())
 		for col := range nCols {
-			if !before.ok[col] || !after.ok[col] || before.pids[col] != after.pids[col] || after.ticks[col] < before.ticks[col] {
+			if !before.ok[col] || !after.ok[col] || before.who[col] != after.who[col] || after.ticks[col] < before.ticks[col] {
 				continue
 			}
 			v := float64(after.ticks[col]-before.ticks[col]) * us / float64(n)

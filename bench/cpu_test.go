@@ -35,10 +35,10 @@ func TestTreeTicksKeepsExitedChildren(t *testing.T) {
 // not zero.
 func TestCostEmptyWhenUnreadable(t *testing.T) {
 	var before, after cpuSample
-	before.ticks[colEdge], before.ok[colEdge], before.pids[colEdge] = 100, true, 7
-	after.ticks[colEdge], after.ok[colEdge], after.pids[colEdge] = 300, true, 7
-	before.ticks[colRedis], before.ok[colRedis], before.pids[colRedis] = 100, true, 8
-	after.ticks[colRedis], after.ok[colRedis], after.pids[colRedis] = 300, true, 9
+	before.ticks[colEdge], before.ok[colEdge], before.who[colEdge] = 100, true, "7"
+	after.ticks[colEdge], after.ok[colEdge], after.who[colEdge] = 300, true, "7"
+	before.ticks[colRedis], before.ok[colRedis], before.who[colRedis] = 100, true, "8"
+	after.ticks[colRedis], after.ok[colRedis], after.who[colRedis] = 300, true, "9"
 	after.ok[colMachine] = true
 	c := cost(before, after, 1000)
 	if want := 200 * 1e6 / float64(procstat.ClockTicks()) / 1000; c.Edge == nil || *c.Edge != want {

@@ -260,7 +260,7 @@ func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool)
 		}
 	}
 	t := newTally(e.tg.Channel)
-	before := counts(e.tg)
+	before := scrapeCounts(e.tg.AdminURL)
 	if e.stats != nil {
 		if err := resetBreakdown(ctx, e.db, e.stats); err != nil {
 			return err
@@ -280,7 +280,7 @@ func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool)
 			err = fmt.Errorf("bench: %s: %w", s.name, aerr)
 		}
 	}
-	after := counts(e.tg)
+	after := scrapeCounts(e.tg.AdminURL)
 	r.Outcomes, r.Group = diff(after.outcomes, before.outcomes), diff(after.group, before.group)
 	if checked {
 		r.Check = "ok"
@@ -454,12 +454,9 @@ func openLoopWorkers(ctx context.Context, tg *Target, name, base string, perSec,
 // decided.
 type edgeCounts struct{ outcomes, group map[string]int }
 
-// counts reads the edge's /metrics (our own edge's admin listener, or the
-// deployment's).
-func counts(tg *Target) edgeCounts { return scrapeCounts(tg.AdminURL) }
-
-// scrapeCounts parses the notifyedge_requests_total and
-// notifyedge_group_* lines of a /metrics page.
+// scrapeCounts reads the notifyedge_requests_total and
+// notifyedge_group_* lines of the /metrics page at admin (our own edge's
+// admin listener, or the deployment's).
 func scrapeCounts(admin string) edgeCounts {
 	out := edgeCounts{outcomes: map[string]int{}, group: map[string]int{}}
 	if admin == "" {
