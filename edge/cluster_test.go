@@ -140,8 +140,7 @@ func waitClusterDone(t *testing.T, cl *claimcachetest.Cluster, n int) {
 	cc := cl.Client()
 	defer cc.Close()
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	claimcachetest.WaitFor(t, fmt.Sprintf("%d done entries in the cluster's masters and replicas", n), func() (bool, string) {
 		var mu sync.Mutex
 		done := 0
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
@@ -157,12 +156,6 @@ func waitClusterDone(t *testing.T, cl *claimcachetest.Cluster, n int) {
 		if err != nil && !errors.Is(err, errNotYet) {
 			t.Fatal(err)
 		}
-		if done >= n && err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d done entries in the cluster 10 s after the answers, want %d", done, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return done >= n && err == nil, fmt.Sprintf("%d done (%v)", done, err)
+	})
 }

@@ -137,17 +137,11 @@ func TestPerAddressConnectionCap(t *testing.T) {
 	idle[0].Close()
 	idle = idle[1:]
 	b.order(t, "O-cap3", durable.PendingPay, 1999)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The server notices the close asynchronously.
+	claimcachetest.WaitFor(t, "a callback from the address once it released a slot", func() (bool, string) {
 		code, answer = rawRequest(t, "127.0.0.1", addr, signedRequest(t, body("T-cap3", "PAY_SUCCESS", "O-cap3", 1999)))
-		if code == 200 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // the server notices the close asynchronously
-	}
-	if code != 200 {
-		t.Errorf("after the address released a slot: %d %s", code, answer)
-	}
+		return code == 200, fmt.Sprint(code, " ", answer)
+	})
 	if got := b.metric(t, `notifyedge_connections_refused_total{reason="per_ip"}`); got < 1 {
 		t.Errorf("per_ip refusals counted: %v", got)
 	}
@@ -168,11 +162,11 @@ func TestIdleKeepAliveClosed(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	start := time.Now()
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(claimcachetest.WaitTimeout))
 	if _, err := r.ReadByte(); err == nil {
 		t.Fatal("the server sent more on an idle connection")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatal("idle keep-alive connection still open after 5 s (idle timeout 300 ms)")
+		t.Fatalf("idle keep-alive connection still open after %v (idle timeout 300 ms)", claimcachetest.WaitTimeout)
 	}
 	t.Logf("closed after %v idle", time.Since(start).Round(time.Millisecond))
 }
@@ -389,10 +383,11 @@ func TestReviewAPIEdges(t *testing.T) {
 // budget: the backlog gauges read through the operator pool, with a count
 // that stays cheap at a million unpublished rows.
 func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
-	// The budget leaves room for a loaded machine; a scrape on the callback
-	// pool (a million-row count, 0.3-0.8 s, on 4 connections) would still
-	// starve the callbacks past it.
-	b := setup(t, options{budget: 2 * time.Second, dbMaxConns: 4})
+	// What keeps them apart is which pool an operator read runs on, and the
+	// test watches that directly (pg_stat_activity, below). Timing is not
+	// the property: the budget is one a machine busy with other tests
+	// meets, and so is the scrapers' patience with a degraded answer.
+	b := setup(t, options{budget: 10 * time.Second, dbMaxConns: 4})
 	ctx := context.Background()
 	if _, err := b.db.Exec(ctx, `INSERT INTO outbox (topic, order_no, payload)
 		SELECT 'ORDER_PAID', 'O-old' || g, '{}'::jsonb FROM generate_series(1, 1000000) g`); err != nil {
@@ -417,7 +412,7 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 	const scraperCount = 8
 	var scrapeMu sync.Mutex
 	scrapeEnds := make([][]time.Time, scraperCount)
-	var scrapeFailures atomic.Int64
+	var scrapeFailures, scrapesDegraded atomic.Int64
 	var scrapers sync.WaitGroup
 	for w := range scraperCount {
 		scrapers.Add(1)
@@ -436,8 +431,18 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 				}
 				raw, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != 200 || !bytes.Contains(raw, []byte("notifyedge_outbox_pending ")) {
+				if resp.StatusCode != 200 {
 					scrapeFailures.Add(1)
+					continue
+				}
+				// A read past the collector's timeout (a busy machine's
+				// Postgres) leaves the gauges out and says so: degraded,
+				// not failed. A scrape with neither failed.
+				if !bytes.Contains(raw, []byte("notifyedge_outbox_pending ")) {
+					if !bytes.Contains(raw, []byte("notifyedge_backlog_scrape_ok 0")) {
+						scrapeFailures.Add(1)
+					}
+					scrapesDegraded.Add(1)
 					continue
 				}
 				scrapeMu.Lock()
@@ -531,7 +536,7 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 		t.Errorf("%d of %d callbacks failed while /metrics was scraped, first: %s", len(failures), n, failures[0])
 	}
 	if bad := scrapeFailures.Load(); bad > 0 {
-		t.Errorf("%d scrapes failed or lacked the backlog gauges", bad)
+		t.Errorf("%d scrapes failed, or lacked the backlog gauges without saying so", bad)
 	}
 	onCallbackPool.Range(func(q, _ any) bool {
 		t.Errorf("an operator read ran on the callback pool: %.120s", q)
@@ -540,5 +545,5 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 	if got := b.metric(t, `notifyedge_outbox_pending_exact`); got != 0 {
 		t.Errorf("notifyedge_outbox_pending_exact = %v with a million rows waiting, want 0 (capped)", got)
 	}
-	t.Logf("%d callbacks, %d scrapes beside them", n, total)
+	t.Logf("%d callbacks, %d scrapes beside them (%d without the gauges in all)", n, total, scrapesDegraded.Load())
 }

@@ -57,13 +57,13 @@ func TestDeadLetterAndRedrive(t *testing.T) {
 	})
 	stop := e.start(cfg)
 	e.publish(1, D, G, E)
-	waitFor(t, 5*time.Second, "the first events", func() bool { return e.recv.unique() == 3 })
+	waitFor(t, "the first events", func() bool { return e.recv.unique() == 3 })
 
 	setFailing(D, G)
 	d2 := e.publish(1, D, G, E) // D2 and G2 fail until they are too old
 	d34 := e.publish(2, D, E)   // D3, D4 follow D2 without an attempt
-	waitFor(t, 5*time.Second, "4 dead entries", func() bool { return len(e.deadEntries()) == 4 })
-	waitFor(t, 5*time.Second, "E's events", func() bool { return e.recv.unique() == 3+3 })
+	waitFor(t, "4 dead entries", func() bool { return len(e.deadEntries()) == 4 })
+	waitFor(t, "E's events", func() bool { return e.recv.unique() == 3+3 })
 	dead := e.deadEntries()
 	checkDead(t, dead, D, []int64{d2[0].ID, d34[0].ID, d34[2].ID}, e)
 	checkDead(t, dead, G, []int64{d2[1].ID}, e)
@@ -82,7 +82,7 @@ func TestDeadLetterAndRedrive(t *testing.T) {
 	if n := counter(cfg.Metrics, resultDead); n != 4 {
 		t.Errorf("dead = %v, want 4", n)
 	}
-	waitFor(t, 2*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
 
 	// A restart keeps the dead orders: D5 follows D2..D4 without an attempt.
 	if err := stop(); err != nil {
@@ -90,8 +90,8 @@ func TestDeadLetterAndRedrive(t *testing.T) {
 	}
 	stop = e.start(withLease(e.config("f2"), cfg.LeaseTTL))
 	d5 := e.publish(1, D, E)
-	waitFor(t, 5*time.Second, "D5 dead-lettered", func() bool { return len(e.deadEntries()) == 5 })
-	waitFor(t, 5*time.Second, "E's event", func() bool { return e.recv.unique() == 3+3+1 })
+	waitFor(t, "D5 dead-lettered", func() bool { return len(e.deadEntries()) == 5 })
+	waitFor(t, "E's event", func() bool { return e.recv.unique() == 3+3+1 })
 	if n := e.recv.tries(d5[0].ID); n != 0 {
 		t.Errorf("D5 attempted %d times after a restart", n)
 	}
@@ -123,8 +123,8 @@ func TestDeadLetterAndRedrive(t *testing.T) {
 	// Forwarding again: D's new event follows its re-driven ones, G's dies.
 	stop = e.start(withLease(e.config("f3"), cfg.LeaseTTL))
 	last := e.publish(1, D, G)
-	waitFor(t, 5*time.Second, "D6", func() bool { return e.recv.tries(last[0].ID) == 1 })
-	waitFor(t, 5*time.Second, "G3 dead-lettered", func() bool { return len(e.deadEntries()) == 2 })
+	waitFor(t, "D6", func() bool { return e.recv.tries(last[0].ID) == 1 })
+	waitFor(t, "G3 dead-lettered", func() bool { return len(e.deadEntries()) == 2 })
 	checkDead(t, e.deadEntries(), G, []int64{d2[1].ID, last[1].ID}, e)
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/durable/redisstream"
@@ -153,7 +154,7 @@ type forwarder struct {
 func newForwarder(cfg Config) *forwarder {
 	f := &forwarder{
 		cfg:      cfg,
-		lease:    newLease(cfg.Client, cfg.Stream+leaseInfix+cfg.Group, cfg.Name, cfg.LeaseTTL),
+		lease:    newLease(cfg.Client, cfg.Stream+leaseInfix+cfg.Group, cfg.Name, cfg.LeaseTTL, clockwork.NewRealClock()),
 		sender:   &sender{client: cfg.HTTPClient, url: cfg.URL, secret: cfg.Secret},
 		retryLog: rateLog{every: time.Second},
 		redisLog: rateLog{every: time.Second},

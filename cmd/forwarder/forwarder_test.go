@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 )
 
@@ -26,10 +29,10 @@ func TestHappyPath(t *testing.T) {
 	more := e.publish(5, orders...) // read as new entries by a running forwarder
 	msgs = append(msgs, more...)
 
-	waitFor(t, 10*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
-	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	waitFor(t, "every event", func() bool { return e.recv.unique() == len(msgs) })
+	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
 	// Counted just after the XACK: pending may reach 0 a moment before.
-	waitFor(t, 5*time.Second, "every delivery counted", func() bool { return counter(cfg.Metrics, resultDelivered) == float64(len(msgs)) })
+	waitFor(t, "every delivery counted", func() bool { return counter(cfg.Metrics, resultDelivered) == float64(len(msgs)) })
 	e.recv.checkNoProblems()
 	got := e.recv.snapshot()
 	if len(got) != len(msgs) {
@@ -47,7 +50,7 @@ func TestHappyPath(t *testing.T) {
 	if g := gauge(cfg.Metrics.active); g != 1 {
 		t.Errorf("active = %v, want 1", g)
 	}
-	waitFor(t, 2*time.Second, "lag 0 once idle", func() bool {
+	waitFor(t, "lag 0 once idle", func() bool {
 		lag := cfg.Metrics.lagFn.Load()
 		return lag != nil && (*lag)() == 0
 	})
@@ -90,9 +93,9 @@ func TestRetriesKeepOrder(t *testing.T) {
 		return verdict{status: http.StatusOK}
 	})
 	e.start(cfg)
-	waitFor(t, 15*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
-	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
-	waitFor(t, 5*time.Second, "every delivery counted", func() bool { return counter(cfg.Metrics, resultDelivered) == float64(len(msgs)) })
+	waitFor(t, "every event", func() bool { return e.recv.unique() == len(msgs) })
+	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	waitFor(t, "every delivery counted", func() bool { return counter(cfg.Metrics, resultDelivered) == float64(len(msgs)) })
 	e.recv.checkNoProblems()
 	e.checkOrder(e.recv.snapshot())
 	for order, want := range map[string]int{"fails": 4, "timeout": 2, "redirect": 2, "slow": 1, "steady": 1} {
@@ -146,14 +149,14 @@ func TestRedeliveryAfterCrashBeforeAck(t *testing.T) {
 		return nil
 	}
 	stop := e.start(cfg)
-	waitFor(t, 5*time.Second, "the crash", func() bool { return e.recv.tries(victim.ID) == 1 })
+	waitFor(t, "the crash", func() bool { return e.recv.tries(victim.ID) == 1 })
 	if err := stop(); !errors.Is(err, errCrash) {
 		t.Fatalf("Run returned %v, want the crash", err)
 	}
 	// The crash left the lease to expire and the entry pending with f1.
 	e.start(e.config("f2"))
-	waitFor(t, 10*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
-	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	waitFor(t, "every event", func() bool { return e.recv.unique() == len(msgs) })
+	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
 	if n := e.recv.tries(victim.ID); n != 2 {
 		t.Errorf("victim sent %d times, want 2 (2xx, crash before XACK, redelivered)", n)
 	}
@@ -197,7 +200,7 @@ func TestOverlappingInstances(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "a third of the events", func() bool { return e.recv.unique() >= len(msgs)/3 })
+	waitFor(t, "a third of the events", func() bool { return e.recv.unique() >= len(msgs)/3 })
 	active := slices.IndexFunc(cfgs, func(c Config) bool { return gauge(c.Metrics.active) == 1 })
 	if active < 0 {
 		t.Fatal("no instance active")
@@ -206,8 +209,8 @@ func TestOverlappingInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	stops[active] = e.start(cfgs[active]) // back, as standby
-	waitFor(t, 15*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
-	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	waitFor(t, "every event", func() bool { return e.recv.unique() == len(msgs) })
+	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
 	if sawBoth.Load() {
 		t.Error("both instances were active at once")
 	}
@@ -219,14 +222,19 @@ func TestOverlappingInstances(t *testing.T) {
 	}
 }
 
-// The lease's holder stops before Redis could expire its key: with Redis
-// gone, its context ends within the TTL less the margin.
+// The holder stops sending before Redis could expire its lease: ttl less
+// the margin after the last renewal was sent, on the lease's clock, and not
+// a moment before; renewals on the tick move that on. Moved by hand, the
+// clock makes this a property, not a wall-clock margin.
 func TestLeaseLapsesBeforeTTL(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
-	ttl := 400 * time.Millisecond
-	a := newLease(e.client, "k", "a", ttl)
-	b := newLease(e.client, "k", "b", ttl)
+	clock := clockwork.NewFakeClock()
+	// On the fake clock; the key's TTL in Redis is this long on the real
+	// one, more than the test takes.
+	const ttl = 40 * time.Second
+	a := newLease(e.client, "k", "a", ttl, clock)
+	b := newLease(e.client, "k", "b", ttl, clock)
 	start, holder, err := a.try(ctx)
 	if err != nil || holder != "" {
 		t.Fatalf("a: %q %v", holder, err)
@@ -235,21 +243,48 @@ func TestLeaseLapsesBeforeTTL(t *testing.T) {
 		t.Fatalf("b got %q %v while a holds the lease", holder, err)
 	}
 	held := a.hold(start, slogDiscard())
-	time.Sleep(ttl) // renewed meanwhile
-	if held.ctx.Err() != nil {
-		t.Fatalf("lease lapsed while renewed: %v", context.Cause(held.ctx))
+	defer held.stop()
+	// pending reports the clock's waiters, the lapse timer and the renewal
+	// ticker while the lease is held, without waiting.
+	pending := func(n int) bool {
+		now, cancel := context.WithCancel(ctx)
+		cancel()
+		return clock.BlockUntilContext(now, n) == nil
 	}
+	claimcachetest.WaitFor(t, "the renewal ticker", func() (bool, string) { return pending(2), "fewer than 2 timers" })
+	// Two TTLs of renewals, each on its tick.
+	for range 8 {
+		before := a.renewed.Load()
+		clock.Advance(ttl / 4)
+		claimcachetest.WaitFor(t, "the renewal on the tick", func() (bool, string) {
+			if held.ctx.Err() != nil {
+				t.Fatalf("lease lapsed while renewed: %v", context.Cause(held.ctx))
+			}
+			return a.renewed.Load() > before, fmt.Sprint("renewed at ", a.renewed.Load())
+		})
+	}
+	if _, holder, err := b.try(ctx); err != nil || holder != a.value {
+		t.Fatalf("b got %q %v while a renews the lease", holder, err)
+	}
+	// Renewals fail from here on. Redis expires the key ttl after it got
+	// the last renewal, which was sent at a.renewed.
 	e.redis.Kill()
-	<-held.ctx.Done()
-	// Redis expires the key ttl after it received the last renewal, which
-	// was sent at a.renewed: the holder must have stopped well before.
-	if held := time.Since(time.Unix(0, a.renewed.Load())); held > ttl*9/10 {
-		t.Errorf("held on %v after the last renewal was sent; Redis may expire it after %v", held, ttl)
+	lastSent := time.Unix(0, a.renewed.Load())
+	stopAt := lastSent.Add(ttl - a.margin())
+	if a.margin() <= 0 || !stopAt.Before(lastSent.Add(ttl)) {
+		t.Fatalf("margin %v: the holder would send until Redis may have expired the key", a.margin())
 	}
+	clock.Advance(clock.Until(stopAt) - time.Millisecond)
+	if !pending(2) || held.ctx.Err() != nil {
+		t.Fatalf("lapsed %v before the last renewal was %v old: %v", clock.Since(lastSent), ttl-a.margin(), context.Cause(held.ctx))
+	}
+	clock.Advance(time.Millisecond)
+	claimcachetest.WaitFor(t, "the lease to lapse", func() (bool, string) {
+		return held.ctx.Err() != nil, fmt.Sprintf("held %v after the last renewal was sent", clock.Since(lastSent))
+	})
 	if !errors.Is(context.Cause(held.ctx), errLeaseLost) {
 		t.Errorf("cause %v", context.Cause(held.ctx))
 	}
-	held.stop()
 }
 
 func TestBackoff(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 )
 
 // deliveryBound is how soon the events of orders that do not fail must
@@ -50,7 +52,7 @@ func TestFailingOrderIsolated(t *testing.T) {
 
 	first := e.publish(1, stuck)[0]
 	firstPublished := time.Now()
-	waitFor(t, 10*time.Second, "the stuck order's first event refused twice", func() bool { return e.recv.tries(first.ID) >= 2 })
+	waitFor(t, "the stuck order's first event refused twice", func() bool { return e.recv.tries(first.ID) >= 2 })
 	start := time.Now()
 	e.publish(1, sameLane...)
 	e.publish(2, stuck)
@@ -61,7 +63,7 @@ func TestFailingOrderIsolated(t *testing.T) {
 		t.Fatalf("%d of %d events of other orders delivered after %v while %s is refused", e.recv.unique(), others, deliveryBound, stuck)
 	}
 	t.Logf("99 %% of the other orders' events delivered in %v (%d by then)", time.Since(start).Round(time.Millisecond), e.recv.unique())
-	waitFor(t, deliveryBound, "every event of the other orders", func() bool { return e.recv.unique() == others })
+	waitFor(t, "every event of the other orders", func() bool { return e.recv.unique() == others })
 	t.Logf("all of them in %v", time.Since(start).Round(time.Millisecond))
 
 	if v, ok := metricValue(cfg.Metrics, "notifyedge_forward_held_orders"); !ok || v != 1 {
@@ -80,13 +82,13 @@ func TestFailingOrderIsolated(t *testing.T) {
 	}
 
 	refusing.Store(false)
-	waitFor(t, deliveryBound, "the stuck order's events once the receiver takes them", func() bool { return e.recv.unique() == others+5 })
-	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
-	waitFor(t, 5*time.Second, "no held order", func() bool {
+	waitFor(t, "the stuck order's events once the receiver takes them", func() bool { return e.recv.unique() == others+5 })
+	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	waitFor(t, "no held order", func() bool {
 		v, ok := metricValue(cfg.Metrics, "notifyedge_forward_held_orders")
 		return ok && v == 0
 	})
-	waitFor(t, 5*time.Second, "lag 0 once idle", func() bool { return lagOf(cfg.Metrics) == 0 })
+	waitFor(t, "lag 0 once idle", func() bool { return lagOf(cfg.Metrics) == 0 })
 	e.recv.checkNoProblems()
 	e.checkOrder(e.recv.snapshot())
 	for _, id := range e.perOrderIDs(stuck)[1:] {
@@ -129,9 +131,13 @@ func TestRandomFailuresKeepOrder(t *testing.T) {
 	e.start(cfg)
 	msgs := e.publish(5, orders...)
 	msgs = append(msgs, e.publish(5, orders...)...)
-	waitFor(t, 60*time.Second, "every event", func() bool { return e.recv.unique() == len(msgs) })
-	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
-	waitFor(t, 5*time.Second, "every delivery counted", func() bool { return counter(cfg.Metrics, resultDelivered) == float64(len(msgs)) })
+	// A thousand events, a quarter of them refused and retried after a
+	// back-off: twice the kit's wait.
+	if !pollUntil(2*claimcachetest.WaitTimeout, func() bool { return e.recv.unique() == len(msgs) }) {
+		t.Fatalf("%d of %d events delivered after %v", e.recv.unique(), len(msgs), 2*claimcachetest.WaitTimeout)
+	}
+	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	waitFor(t, "every delivery counted", func() bool { return counter(cfg.Metrics, resultDelivered) == float64(len(msgs)) })
 	e.recv.checkNoProblems()
 	e.checkOrder(e.recv.snapshot())
 	if o := e.recv.overlapping(); len(o) > 0 {

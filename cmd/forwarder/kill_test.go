@@ -67,10 +67,10 @@ func TestBinarySIGKILL(t *testing.T) {
 		return proc{cmd: cmd, admin: admin, exited: exited}
 	}
 	a := startProc("A")
-	waitFor(t, 10*time.Second, "A's first deliveries", func() bool { return e.recv.unique() >= 60 })
+	waitFor(t, "A's first deliveries", func() bool { return e.recv.unique() >= 60 })
 	b := startProc("B") // overlapping: waits for the lease
 	bAdmin := b.admin
-	waitFor(t, 5*time.Second, "B's admin listener", func() bool { return httpGet(bAdmin, "/healthz") == "ok\n" })
+	waitFor(t, "B's admin listener", func() bool { return httpGet(bAdmin, "/healthz") == "ok\n" })
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -79,14 +79,14 @@ func TestBinarySIGKILL(t *testing.T) {
 		t.Fatalf("A delivered everything (%d) before it was killed: slow the receiver", killedAt)
 	}
 	e.publish(3, orders...)
-	waitFor(t, 10*time.Second, "B taking over", func() bool { return metric(bAdmin, "notifyedge_forward_active") == "1" })
+	waitFor(t, "B taking over", func() bool { return metric(bAdmin, "notifyedge_forward_active") == "1" })
 	c := startProc("A-restarted")
 	cAdmin := c.admin
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "every event", func() bool { return e.recv.unique() == 300 })
-	waitFor(t, 5*time.Second, "every entry acknowledged", func() bool { return e.pending() == 0 })
+	waitFor(t, "every event", func() bool { return e.recv.unique() == 300 })
+	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
 	if got := metric(cAdmin, "notifyedge_forward_active"); got != "1" {
 		t.Errorf("restarted instance active = %q, want 1", got)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,6 +21,8 @@ import (
 // before its SET was sent, less a margin), so a successor, which can only
 // take the key after Redis expired it, never sends while the old holder
 // still does: not after a SIGKILL, a network partition or a long pause.
+// Its times and timers come from an injected clock, so that rule is tested
+// on a clock the test moves, not with wall-clock margins.
 
 // acquireScript takes the lease if it is free or already ours (a retried
 // or renewing call), and returns Redis's clock; otherwise the holder.
@@ -46,6 +49,7 @@ type lease struct {
 	key    string
 	value  string
 	ttl    time.Duration
+	clock  clockwork.Clock
 	// skew is Redis's clock minus ours (ns), measured at each renewal.
 	skew atomic.Int64
 	// renewed is when (unix ns) the last successful acquire or renewal
@@ -53,10 +57,10 @@ type lease struct {
 	renewed atomic.Int64
 }
 
-func newLease(client redis.UniversalClient, key, name string, ttl time.Duration) *lease {
+func newLease(client redis.UniversalClient, key, name string, ttl time.Duration, clock clockwork.Clock) *lease {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &lease{client: client, key: key, value: name + " " + hex.EncodeToString(b[:]), ttl: ttl}
+	return &lease{client: client, key: key, value: name + " " + hex.EncodeToString(b[:]), ttl: ttl, clock: clock}
 }
 
 // margin is how long before the TTL could end in Redis the holder stops.
@@ -66,7 +70,7 @@ func (l *lease) margin() time.Duration { return l.ttl / 4 }
 // before the call (the lease's validity counts from there) and "" when the
 // lease is ours, or the current holder's value.
 func (l *lease) try(ctx context.Context) (time.Time, string, error) {
-	start := time.Now()
+	start := l.clock.Now()
 	res, err := acquireScript.Run(ctx, l.client, []string{l.key}, l.value, l.ttl.Milliseconds()).Slice()
 	if err != nil {
 		return start, "", fmt.Errorf("lease %s: %w", l.key, err)
@@ -74,7 +78,7 @@ func (l *lease) try(ctx context.Context) (time.Time, string, error) {
 	if len(res) == 3 && res[0] == int64(1) {
 		sec, _ := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
 		usec, _ := strconv.ParseInt(fmt.Sprint(res[2]), 10, 64)
-		mid := start.Add(time.Since(start) / 2)
+		mid := start.Add(l.clock.Since(start) / 2)
 		l.skew.Store(time.Unix(sec, usec*1000).Sub(mid).Nanoseconds())
 		l.renewed.Store(start.UnixNano())
 		return start, "", nil
@@ -92,7 +96,7 @@ func (l *lease) release(ctx context.Context) {
 
 // now is the current time on Redis's clock, as of the last renewal.
 func (l *lease) now() time.Time {
-	return time.Now().Add(time.Duration(l.skew.Load()))
+	return l.clock.Now().Add(time.Duration(l.skew.Load()))
 }
 
 // heldLease is one term of holding the lease.
@@ -107,12 +111,12 @@ type heldLease struct {
 // own, so a renewal stuck on a hung Redis cannot hold it open.
 func (l *lease) hold(start time.Time, log *slog.Logger) heldLease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	lapse := time.AfterFunc(time.Until(start.Add(l.ttl-l.margin())), func() {
-		cancel(fmt.Errorf("%w: not renewed for %v", errLeaseLost, time.Since(time.Unix(0, l.renewed.Load())).Round(time.Millisecond)))
+	lapse := l.clock.AfterFunc(l.clock.Until(start.Add(l.ttl-l.margin())), func() {
+		cancel(fmt.Errorf("%w: not renewed for %v", errLeaseLost, l.clock.Since(time.Unix(0, l.renewed.Load())).Round(time.Millisecond)))
 	})
 	done := make(chan struct{})
 	go func() {
-		tick := time.NewTicker(l.ttl / 4)
+		tick := l.clock.NewTicker(l.ttl / 4)
 		defer tick.Stop()
 		for {
 			select {
@@ -120,7 +124,7 @@ func (l *lease) hold(start time.Time, log *slog.Logger) heldLease {
 				return
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-tick.Chan():
 			}
 			rctx, rcancel := context.WithTimeout(ctx, l.ttl/4)
 			at, holder, err := l.try(rctx)
@@ -134,7 +138,7 @@ func (l *lease) hold(start time.Time, log *slog.Logger) heldLease {
 				cancel(fmt.Errorf("%w: now held by %s", errLeaseLost, holder))
 				return
 			default:
-				lapse.Reset(time.Until(at.Add(l.ttl - l.margin())))
+				lapse.Reset(l.clock.Until(at.Add(l.ttl - l.margin())))
 			}
 		}
 	}()

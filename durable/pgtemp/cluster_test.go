@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 )
 
 func TestStartStopRemovesEverything(t *testing.T) {
@@ -89,13 +92,9 @@ func TestKilledOwnerLeavesNoServer(t *testing.T) {
 	pid, _ = strconv.Atoi(f[1])
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if alive(pid) {
-		t.Fatalf("postgres %d outlived its killed owner", pid)
-	}
+	claimcachetest.WaitFor(t, "postgres to die with its killed owner", func() (bool, string) {
+		return !alive(pid), fmt.Sprintf("postgres %d alive", pid)
+	})
 	c, err := Start(context.Background(), Options{})
 	if err != nil {
 		t.Fatal(err)

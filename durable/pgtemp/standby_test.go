@@ -3,11 +3,13 @@ package pgtemp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 )
 
 // A standby streams what the primary commits, refuses writes, and takes
@@ -37,17 +39,11 @@ func TestStandbyStreamsAndPromotes(t *testing.T) {
 	if _, err := p.Exec(ctx, `CREATE TABLE t AS SELECT 42 AS v`); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	claimcachetest.WaitFor(t, "the primary's commit on the standby", func() (bool, string) {
 		var v int
-		if err := s.QueryRow(ctx, `SELECT v FROM t`).Scan(&v); err == nil && v == 42 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the primary's commit did not reach the standby within 10 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		err := s.QueryRow(ctx, `SELECT v FROM t`).Scan(&v)
+		return err == nil && v == 42, fmt.Sprint(v, err)
+	})
 	if _, err := s.Exec(ctx, `INSERT INTO t VALUES (1)`); err == nil {
 		t.Fatal("the standby took a write")
 	}
