@@ -69,7 +69,7 @@ func (b *bundle) checkOnePerFile(t *testing.T, defs map[string]string) {
 // After a fresh migrate, each function of durable/sql is installed once:
 // no overload of an earlier signature is left.
 func TestFunctionsInstalledOnce(t *testing.T) {
-	b := &bundle{db: newPool(t, durabletest.NewDatabase(t))}
+	b := &bundle{db: durabletest.Pool(t, durabletest.NewDatabase(t))}
 	b.checkOnePerFile(t, b.installedFunctions(t))
 }
 
@@ -77,7 +77,7 @@ func TestFunctionsInstalledOnce(t *testing.T) {
 // result they store is the bytes a replay answers with and ParseCanonical
 // reads.
 func TestInstalledFunctionsShareGosVocabulary(t *testing.T) {
-	b := &bundle{db: newPool(t, durabletest.NewDatabase(t))}
+	b := &bundle{db: durabletest.Pool(t, durabletest.NewDatabase(t))}
 	defs := map[string]string{}
 	for sig, def := range b.installedFunctions(t) {
 		defs[sig[:strings.IndexByte(sig, '(')]] = def
@@ -109,7 +109,7 @@ func TestInstalledFunctionsShareGosVocabulary(t *testing.T) {
 func TestMigrateInstallsFunctionsWhenChanged(t *testing.T) {
 	ctx := context.Background()
 	url := durabletest.NewDatabase(t)
-	b := &bundle{url: url, db: newPool(t, url)}
+	b := &bundle{url: url, db: durabletest.Pool(t, url)}
 	want := b.installedFunctions(t)
 	versions := func() string { // the catalog rows' versions: a replace changes them
 		t.Helper()
@@ -155,7 +155,7 @@ func TestMigrateInstallsFunctionsWhenChanged(t *testing.T) {
 func TestMigrationLockIsTerns(t *testing.T) {
 	ctx := context.Background()
 	url := durabletest.NewDatabase(t)
-	b := &bundle{url: url, db: newPool(t, url)}
+	b := &bundle{url: url, db: durabletest.Pool(t, url)}
 	holder, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestMigrationLockIsTerns(t *testing.T) {
 // dropped, nothing of the previous build left; and it decides.
 func TestUpgradeInstallsTheFunctionsOfAFreshDatabase(t *testing.T) {
 	ctx := context.Background()
-	fresh := (&bundle{db: newPool(t, durabletest.NewDatabase(t))}).installedFunctions(t)
+	fresh := (&bundle{db: durabletest.Pool(t, durabletest.NewDatabase(t))}).installedFunctions(t)
 	previous, err := os.ReadFile("testdata/functions_at_9.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestUpgradeInstallsTheFunctionsOfAFreshDatabase(t *testing.T) {
 			if err := durable.MigrateTo(ctx, url, version); err != nil {
 				t.Fatal(err)
 			}
-			b := &bundle{url: url, db: newPool(t, url)}
+			b := &bundle{url: url, db: durabletest.Pool(t, url)}
 			b.exec(t, string(previous))
 			if n := len(b.installedFunctions(t)); n != 10 {
 				t.Fatalf("%d functions as the previous build left them, want 10", n)

@@ -37,7 +37,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	url := durabletest.NewDatabase(t)
-	return &bundle{url: url, store: newStore(t, url, durable.Config{}), db: newPool(t, url)}
+	return &bundle{url: url, store: newStore(t, url, durable.Config{}), db: durabletest.Pool(t, url)}
 }
 
 func newStore(t *testing.T, url string, cfg durable.Config) *durable.Store {
@@ -52,16 +52,6 @@ func newStore(t *testing.T, url string, cfg durable.Config) *durable.Store {
 	}
 	t.Cleanup(s.Close)
 	return s
-}
-
-func newPool(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	p, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return p
 }
 
 func (b *bundle) order(t *testing.T, orderNo string, status durable.State, amount int64, currency string) {

@@ -325,7 +325,7 @@ func TestUpgradeReportsTradesPayingSeveralOrders(t *testing.T) {
 	if err := durable.MigrateTo(ctx, url, 8); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{url: url, db: newPool(t, url)}
+	b := &bundle{url: url, db: durabletest.Pool(t, url)}
 	// 22 trades pay several orders: acme:TX-00 seven, the others two.
 	for i := range 22 {
 		n := 2

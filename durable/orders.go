@@ -73,7 +73,10 @@ type OrderRefund struct {
 
 // OrderEvent is one outbox row of the order.
 type OrderEvent struct {
-	ID          int64
+	ID int64
+	// EventID is the row's event_id (nil for a row published before
+	// event ids existed).
+	EventID     *string
 	Topic       string
 	Payload     json.RawMessage
 	CreatedAt   time.Time
@@ -201,7 +204,7 @@ const sqlOrderHistory = `SELECT o.status, o.amount, o.currency, o.paid_by, o.ref
             jsonb_build_object('trade', r.trade, 'refund_id', r.refund_id, 'amount', r.amount, 'created_at', r.created_at) AS j
        FROM trade_refund r WHERE r.order_no = o.order_no ORDER BY r.created_at DESC, r.trade DESC, r.refund_id DESC LIMIT $2) x),
   (SELECT coalesce(jsonb_agg(x.j ORDER BY x.id), '[]') FROM (
-     SELECT e.id, jsonb_build_object('id', e.id, 'topic', e.topic, 'payload', e.payload, 'created_at', e.created_at, 'published_at', e.published_at) AS j
+     SELECT e.id, jsonb_build_object('id', e.id, 'event_id', e.event_id, 'topic', e.topic, 'payload', e.payload, 'created_at', e.created_at, 'published_at', e.published_at) AS j
        FROM outbox e WHERE e.order_no = o.order_no ORDER BY e.id DESC LIMIT $2) x),
   (SELECT coalesce(jsonb_agg(x.j ORDER BY x.id), '[]') FROM (
      SELECT v.id, jsonb_build_object('id', v.id, 'reason', v.reason, 'biz_key', v.biz_key, 'created_at', v.created_at, 'resolved_at', v.resolved_at) AS j
@@ -250,6 +253,7 @@ func (s *Store) OrderHistory(ctx context.Context, orderNo string, limit int) (Or
 	}
 	var rawEvents []struct {
 		ID          int64           `json:"id"`
+		EventID     *string         `json:"event_id"`
 		Topic       string          `json:"topic"`
 		Payload     json.RawMessage `json:"payload"`
 		CreatedAt   time.Time       `json:"created_at"`
@@ -285,7 +289,7 @@ func (s *Store) OrderHistory(ctx context.Context, orderNo string, limit int) (Or
 		h.Refunds = append(h.Refunds, OrderRefund{Trade: r.Trade, RefundID: r.RefundID, Amount: r.Amount, CreatedAt: r.CreatedAt})
 	}
 	for _, e := range rawEvents {
-		h.Events = append(h.Events, OrderEvent{ID: e.ID, Topic: e.Topic, Payload: e.Payload, CreatedAt: e.CreatedAt, PublishedAt: e.PublishedAt})
+		h.Events = append(h.Events, OrderEvent{ID: e.ID, EventID: e.EventID, Topic: e.Topic, Payload: e.Payload, CreatedAt: e.CreatedAt, PublishedAt: e.PublishedAt})
 	}
 	for _, v := range rawReviews {
 		h.Reviews = append(h.Reviews, OrderReview{ID: v.ID, Reason: ReviewReason(v.Reason), BizKey: v.BizKey, CreatedAt: v.CreatedAt, ResolvedAt: v.ResolvedAt})

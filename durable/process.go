@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -51,13 +52,31 @@ type Notification struct {
 	// refund's amount: durable raises the refunded amount to it, and a
 	// notification that raises nothing is skipped. REFUND_SUCCESS only.
 	Cumulative bool
+	// Via names the path a delivery that is not a channel's callback came
+	// by, for the outbox payload's "via": ViaQuery, ViaBill or ViaRedrive
+	// ("" is a callback). Such a delivery is decided in a transaction of
+	// its own, never in a group commit's batch.
+	Via string
 }
+
+// The paths an outbox payload's "via" names: ViaQuery, ViaBill and
+// ViaRedrive are what a Notification.Via may say; a callback and the order
+// system's own transitions are known by their keys (notifyedge_event_facts).
+const (
+	ViaCallback  = "callback"
+	ViaQuery     = "query"
+	ViaBill      = "bill"
+	ViaRedrive   = "redrive"
+	ViaOrdersAPI = "orders_api"
+)
 
 func (n *Notification) validate() error {
 	bad := func(field string) error { return fmt.Errorf("%w: %s", ErrInvalid, field) }
 	switch {
 	case n.BizKey == "" || len(n.BizKey) > 160:
 		return bad("biz_key")
+	case n.Via != "" && n.Via != ViaQuery && n.Via != ViaBill && n.Via != ViaRedrive:
+		return bad("via")
 	case n.OrderNo == "" || len(n.OrderNo) > 64:
 		return bad("order_no")
 	case n.Amount <= 0:
@@ -190,7 +209,7 @@ func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 	if err := n.validate(); err != nil {
 		return Result{}, err
 	}
-	if s.group != nil {
+	if s.group != nil && n.Via == "" {
 		return s.group.process(ctx, n)
 	}
 	return s.alone(ctx, n)
@@ -234,15 +253,35 @@ func (s *Store) processOne(ctx context.Context, n *Notification) (Result, error)
 // pool.
 func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notification) (Result, error) {
 	var outcome, status, result, review *string
-	err := pool.QueryRow(ctx, processSQL[n.Event],
-		n.BizKey, n.OrderNo, n.Digest, textSafe(n.RawBody),
-		string(n.Event), n.Amount, n.Currency,
-		n.Trade, n.RefundID, n.RefundAmount, n.Cumulative,
-	).Scan(&outcome, &status, &result, &review)
+	decide := func(q rowQuerier) error {
+		return q.QueryRow(ctx, processSQL[n.Event],
+			n.BizKey, n.OrderNo, n.Digest, textSafe(n.RawBody),
+			string(n.Event), n.Amount, n.Currency,
+			n.Trade, n.RefundID, n.RefundAmount, n.Cumulative,
+		).Scan(&outcome, &status, &result, &review)
+	}
+	var err error
+	if n.Via == "" {
+		err = decide(pool) // a callback: one statement, its own transaction
+	} else {
+		// The payload's "via" comes from the transaction's setting.
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('notifyedge.via', $1, true)`, n.Via); err != nil {
+				return err
+			}
+			return decide(tx)
+		})
+	}
 	if err != nil {
 		return Result{}, wrap(ctx, "process "+n.BizKey, err)
 	}
 	return decodeDecision(n.BizKey, outcome, status, result, review)
+}
+
+// rowQuerier is a pool or a transaction, for a statement that returns one
+// row.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // decodeDecision reads one decision as notifyedge_process returns it (the

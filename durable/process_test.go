@@ -230,7 +230,27 @@ func TestProcessEveryEventInEveryState(t *testing.T) {
 					wantPayload["refund_amount"] = float64(amount)
 					wantPayload["refunded_amount"] = float64(amount)
 				}
-				if d := cmp.Diff([]map[string]any{wantPayload}, b.payloads(t, orderNo)); d != "" {
+				// And the order's facts as the move left them.
+				var paidBy *string
+				var orderAmount int64
+				var currency string
+				if err := b.db.QueryRow(ctx, `SELECT paid_by, amount, currency FROM biz_order WHERE order_no = $1`, orderNo).Scan(&paidBy, &orderAmount, &currency); err != nil {
+					t.Fatal(err)
+				}
+				wantPayload["amount"], wantPayload["currency"], wantPayload["via"] = float64(orderAmount), currency, durable.ViaCallback
+				wantPayload["paid_by"], wantPayload["channel"] = nil, nil
+				if paidBy != nil {
+					wantPayload["paid_by"] = *paidBy
+					wantPayload["channel"], _, _ = strings.Cut(*paidBy, ":")
+				}
+				got := b.payloads(t, orderNo)
+				for _, p := range got {
+					if at, _ := p["occurred_at"].(string); at == "" {
+						t.Errorf("outbox payload without occurred_at: %v", p)
+					}
+					delete(p, "occurred_at")
+				}
+				if d := cmp.Diff([]map[string]any{wantPayload}, got); d != "" {
 					t.Errorf("outbox payload (-want +got):\n%s", d)
 				}
 			}
@@ -718,7 +738,7 @@ func TestDeadlineRollsBack(t *testing.T) {
 func TestMigrateConcurrently(t *testing.T) {
 	b := &bundle{}
 	name := durabletestCreateEmpty(t)
-	b.db = newPool(t, name)
+	b.db = durabletest.Pool(t, name)
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {

@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -152,12 +153,14 @@ SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(due)), 0)::float8 FROM 
 
 // ProcessOps decides n as Process does, in a transaction of its own on the
 // operator pool, under the operator's timeouts: for deliveries that did
-// not come as callbacks (a channel's answer to a query), which must never
-// take the callbacks' connections or budget.
+// not come as callbacks (a channel's answer to a query, its bill), which
+// must never take the callbacks' connections or budget. n.Via says which
+// (ViaQuery when empty).
 func (s *Store) ProcessOps(ctx context.Context, n Notification) (Result, error) {
 	if err := n.validate(); err != nil {
 		return Result{}, err
 	}
+	n.Via = cmp.Or(n.Via, ViaQuery)
 	res, err := s.processOn(ctx, s.ops, &n)
 	if err == nil && res.Outcome == Applied {
 		s.poke() // an outbox row was committed: wake the relay

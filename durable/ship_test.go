@@ -143,7 +143,7 @@ func TestShipManyMatchesShipOneByOne(t *testing.T) {
 		err := b.db.QueryRow(ctx, `SELECT coalesce(string_agg(line, E'\n' ORDER BY line), '') FROM (
 		    SELECT 'order ' || substr(order_no, length($1) + 1) || ' ' || status AS line FROM biz_order WHERE order_no LIKE $1 || '%'
 		    UNION ALL
-		    SELECT 'outbox ' || topic || ' ' || replace(payload::text, $1, '') FROM outbox WHERE order_no LIKE $1 || '%'
+		    SELECT 'outbox ' || topic || ' ' || replace((payload - 'occurred_at')::text, $1, '') FROM outbox WHERE order_no LIKE $1 || '%'
 		    UNION ALL
 		    SELECT 'shipment ' || substr(order_no, length($1) + 1) || ' ' || coalesce(outbox_id::text, '-') FROM shipment WHERE order_no LIKE $1 || '%'
 		    UNION ALL

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
 )
 
 // Point 4: a database an older build (schema version 3) filled, migrated
@@ -20,7 +21,7 @@ func TestUpgradeFillsPaidBy(t *testing.T) {
 	if err := durable.MigrateTo(ctx, url, 3); err != nil {
 		t.Fatal(err)
 	}
-	db := newPool(t, url)
+	db := durabletest.Pool(t, url)
 	b := &bundle{url: url, db: db}
 	exec := func(sql string, args ...any) {
 		t.Helper()
@@ -123,5 +124,38 @@ func TestUpgradeFillsPaidBy(t *testing.T) {
 	})
 	if n := b.count(t, `SELECT count(*) FROM notify_review WHERE reason = 'DUPLICATE_PAYMENT'`); n != 0 {
 		t.Errorf("%d DUPLICATE_PAYMENT rows: the payer's late duplicate raised an alarm", n)
+	}
+}
+
+// A database of the build before event ids (schema version 11), with
+// outbox rows published and not: the upgrade gives each row still to be
+// published an event id of its own (a UUID version 7), leaves the published
+// ones without, and every row written after it has one.
+func TestUpgradeGivesUnpublishedRowsEventIDs(t *testing.T) {
+	ctx := context.Background()
+	url := durabletestCreateEmpty(t)
+	if err := durable.MigrateTo(ctx, url, 11); err != nil {
+		t.Fatal(err)
+	}
+	db := durabletest.Pool(t, url)
+	if _, err := db.Exec(ctx, `INSERT INTO outbox (topic, order_no, payload, published_at)
+		SELECT 'ORDER_PAID', 'E-' || g, '{}', CASE WHEN g % 2 = 0 THEN now() END FROM generate_series(1, 10) g`); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO outbox (topic, order_no, payload) VALUES ('ORDER_PAID', 'E-new', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	var published, unpublished, distinct, v7 int
+	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE published_at IS NOT NULL AND event_id IS NULL),
+		       count(*) FILTER (WHERE published_at IS NULL AND event_id IS NOT NULL),
+		       count(DISTINCT event_id), count(*) FILTER (WHERE substr(event_id::text, 15, 1) = '7')
+		  FROM outbox`).Scan(&published, &unpublished, &distinct, &v7); err != nil {
+		t.Fatal(err)
+	}
+	if published != 5 || unpublished != 6 || distinct != 6 || v7 != 6 {
+		t.Errorf("published without id %d (want 5), unpublished with one %d (6), distinct %d (6), version 7 %d (6)", published, unpublished, distinct, v7)
 	}
 }

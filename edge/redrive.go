@@ -48,7 +48,9 @@ func (s *Server) DecideStored(ctx context.Context, a Authority, channelName stri
 		}
 		return failVerdict(o, "", rej.Message), o, nil
 	}
-	res, err := a.Process(ctx, s.notification(x))
+	n := s.notification(x)
+	n.Via = durable.ViaRedrive
+	res, err := a.Process(ctx, n)
 	if err != nil {
 		return channel.Verdict{}, OutcomeUnavailable, fmt.Errorf("decide %s: %w", x.d.Key, err)
 	}

@@ -28,7 +28,6 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
-	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/reconcile"
@@ -95,7 +94,8 @@ type Main struct {
 	failed  chan error
 	dev     devState
 
-	relayState  atomic.Value // "off", "standby", "running"
+	relayState  atomic.Value // "off", "standby", "running", "degraded"
+	relayDetail atomic.Value // why the relay is degraded, else ""
 	stopRelay   context.CancelFunc
 	relayDone   chan struct{}
 	relayClient redis.UniversalClient
@@ -191,6 +191,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.relayState.Store("off")
+	m.relayDetail.Store("")
 	m.admin, err = admin.New(admin.Config{
 		Token:       cfg.AdminToken,
 		OrdersToken: cfg.OrdersToken,
@@ -198,6 +199,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Draining:    m.server.Draining,
 		RedisState:  redisState,
 		RelayState:  func() string { return m.relayState.Load().(string) },
+		RelayDetail: func() string { return m.relayDetail.Load().(string) },
 		Reload:      creds.Reload,
 		Logger:      m.Logger,
 	})
@@ -246,7 +248,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	metrics.Starting.Set(0)
 	if cfg.StreamURL != "" && cfg.Relay {
-		if err := m.startRelay(); err != nil {
+		if err := m.startRelay(ctx, metrics); err != nil {
 			return err
 		}
 	}
@@ -305,34 +307,6 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 		},
 	})
 	return err
-}
-
-// startRelay runs the outbox relay to EDGE_STREAM_URL in the background:
-// leader on one node at a time, standby elsewhere.
-func (m *Main) startRelay() error {
-	client, err := redisstream.NewClient(m.Config.StreamURL)
-	if err != nil {
-		return err
-	}
-	m.relayClient = client
-	ctx, cancel := context.WithCancel(context.Background())
-	m.stopRelay, m.relayDone = cancel, make(chan struct{})
-	m.relayState.Store("standby")
-	publisher := redisstream.NewPublisher(client, m.Config.StreamName, 0)
-	publisher.Replicas = m.Config.StreamReplicas
-	go func() {
-		defer close(m.relayDone)
-		m.store.RunRelay(ctx, durable.RelayConfig{
-			Publisher: publisher,
-			OnState: func(st string) {
-				if m.relayState.Swap(st) != st {
-					m.Logger.Info("outbox relay", "state", st)
-				}
-			},
-			OnError: func(err error) { m.Logger.Warn("outbox relay", "error", err.Error()) },
-		})
-	}()
-	return nil
 }
 
 // Addr returns the public listener's address (after Run).

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
@@ -54,6 +56,31 @@ func TestHappyPath(t *testing.T) {
 		lag := cfg.Metrics.lagFn.Load()
 		return lag != nil && (*lag)() == 0
 	})
+}
+
+// An entry the relay appended before event ids and payload facts existed
+// (no event_id field, a payload without occurred_at) is still delivered:
+// webhook-id = its outbox id, as then, "event_id":null, and the time Redis
+// took the entry for a timestamp.
+func TestEntryWrittenBeforeEventIDs(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	payload := `{"to": "PAID", "from": "PENDING_PAY", "biz_key": null, "order_no": "L-1", "event_type": "PAY_SUCCESS"}`
+	id, err := e.client.XAdd(ctx, &redis.XAddArgs{Stream: e.stream, Values: []any{
+		redisstream.FieldOutboxID, 7, redisstream.FieldTopic, "ORDER_PAID", redisstream.FieldOrderNo, "L-1", redisstream.FieldPayload, payload,
+	}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(e.config("f1"))
+	waitFor(t, "the old entry delivered", func() bool { return e.recv.unique() == 1 })
+	e.recv.checkNoProblems()
+	got := e.recv.snapshot()[0]
+	want := fmt.Sprintf(`{"type":"ORDER_PAID","timestamp":%q,"data":{"event_id":null,"outbox_id":7,%s}`,
+		entryTime(id).UTC().Format(time.RFC3339Nano), strings.TrimPrefix(payload, "{"))
+	if got.ID != "7" || got.Body != want {
+		t.Errorf("webhook-id %s, body\n got %s\nwant %s", got.ID, got.Body, want)
+	}
 }
 
 // A receiver that fails, times out, redirects or answers slowly: each

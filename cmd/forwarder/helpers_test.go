@@ -72,8 +72,9 @@ func newTestEnv(t *testing.T) *testEnv {
 }
 
 // publish XADDs n events for each order, interleaved round-robin, through
-// the relay's Publisher. The payload is spaced as Postgres prints jsonb,
-// to check it reaches the receiver byte for byte.
+// the relay's Publisher, each with an event id of its own. The payload is
+// spaced as Postgres prints jsonb, to check it reaches the receiver byte
+// for byte.
 func (e *testEnv) publish(n int, orders ...string) []durable.OutboxMessage {
 	e.t.Helper()
 	var msgs []durable.OutboxMessage
@@ -81,8 +82,8 @@ func (e *testEnv) publish(n int, orders ...string) []durable.OutboxMessage {
 	for i := range n {
 		for _, o := range orders {
 			id := e.nextID.Add(1)
-			m := durable.OutboxMessage{ID: id, Topic: "ORDER_PAID", OrderNo: o,
-				Payload:   fmt.Appendf(nil, `{"to": "PAID", "from": "PENDING_PAY", "seq": %d, "biz_key": null, "order_no": %q, "event_type": "PAY_SUCCESS"}`, i, o),
+			m := durable.OutboxMessage{ID: id, EventID: newEventID(), Topic: "ORDER_PAID", OrderNo: o,
+				Payload:   fmt.Appendf(nil, `{"to": "PAID", "from": "PENDING_PAY", "seq": %d, "biz_key": null, "order_no": %q, "event_type": "PAY_SUCCESS", "occurred_at": "2026-12-06T01:02:03.000004Z"}`, i, o),
 				CreatedAt: time.Now()}
 			msgs = append(msgs, m)
 			e.published[id] = m
@@ -152,9 +153,23 @@ func (e *testEnv) deadOrders() []string {
 	return m
 }
 
-// expectedBody is the body the README documents for m.
+// newEventID is a random event id, as the outbox's default writes one.
+func newEventID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// expectedBody is the body the README documents for m (its payload a JSON
+// object with occurred_at): the Standard Webhooks payload shape, the
+// payload's fields in data as the row holds them.
 func expectedBody(m durable.OutboxMessage) string {
-	return fmt.Sprintf(`{"outbox_id":%d,"topic":%q,"order_no":%q,"payload":%s}`, m.ID, m.Topic, m.OrderNo, m.Payload)
+	var facts struct {
+		OccurredAt string `json:"occurred_at"`
+	}
+	json.Unmarshal(m.Payload, &facts)
+	return fmt.Sprintf(`{"type":%q,"timestamp":%q,"data":{"event_id":%q,"outbox_id":%d,%s}`,
+		m.Topic, facts.OccurredAt, m.EventID, m.ID, strings.TrimPrefix(string(m.Payload), "{"))
 }
 
 // checkOrder asserts that every id in want reached the receiver and that,
@@ -242,8 +257,8 @@ type receiver struct {
 	key      []byte
 	mu       sync.Mutex
 	accepted []accepted
-	attempts map[string]int
-	times    map[string][]time.Time
+	attempts map[string]int         // by outbox id
+	times    map[string][]time.Time // by outbox id
 	problems []string
 	behave   func(order string, outboxID int64, attempt int) verdict
 	// inflight counts the requests of each order being answered; overlaps
@@ -268,12 +283,16 @@ func (r *receiver) setBehave(f func(order string, outboxID int64, attempt int) v
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	id, ts, sig := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature")
-	var doc struct {
-		OutboxID int64           `json:"outbox_id"`
-		Topic    string          `json:"topic"`
-		OrderNo  string          `json:"order_no"`
-		Payload  json.RawMessage `json:"payload"`
+	var env struct {
+		Type      string `json:"type"`
+		Timestamp string `json:"timestamp"`
+		Data      struct {
+			EventID  *string `json:"event_id"`
+			OutboxID int64   `json:"outbox_id"`
+			OrderNo  string  `json:"order_no"`
+		} `json:"data"`
 	}
+	doc := &env.Data
 	problem := ""
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	switch {
@@ -285,10 +304,12 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		problem = "timestamp " + ts
 	case !r.signatureOK(id, ts, body, sig):
 		problem = "signature " + sig
-	case json.Unmarshal(body, &doc) != nil:
+	case json.Unmarshal(body, &env) != nil || env.Type == "" || env.Timestamp == "" || doc.OrderNo == "":
 		problem = "body " + string(body)
-	case strconv.FormatInt(doc.OutboxID, 10) != id:
-		problem = "webhook-id " + id + " for outbox_id " + strconv.FormatInt(doc.OutboxID, 10)
+	case doc.EventID != nil && *doc.EventID != id:
+		problem = "webhook-id " + id + " for event_id " + *doc.EventID
+	case doc.EventID == nil && strconv.FormatInt(doc.OutboxID, 10) != id:
+		problem = "webhook-id " + id + " for outbox_id " + strconv.FormatInt(doc.OutboxID, 10) + " (no event_id)"
 	}
 	r.mu.Lock()
 	if problem != "" {
@@ -297,8 +318,10 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, problem, http.StatusUnauthorized)
 		return
 	}
-	r.attempts[id]++
-	r.times[id] = append(r.times[id], time.Now())
+	// Attempts and their times by outbox id, which a test knows.
+	row := strconv.FormatInt(doc.OutboxID, 10)
+	r.attempts[row]++
+	r.times[row] = append(r.times[row], time.Now())
 	if r.inflight[doc.OrderNo]++; r.inflight[doc.OrderNo] > 1 {
 		r.overlaps = append(r.overlaps, doc.OrderNo)
 	}
@@ -309,7 +332,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}()
 	v := verdict{status: http.StatusNoContent}
 	if r.behave != nil {
-		v = r.behave(doc.OrderNo, doc.OutboxID, r.attempts[id])
+		v = r.behave(doc.OrderNo, doc.OutboxID, r.attempts[row])
 	}
 	if v.status >= 200 && v.status < 300 {
 		r.accepted = append(r.accepted, accepted{ID: id, OutboxID: doc.OutboxID, Order: doc.OrderNo, Body: string(body), At: time.Now()})

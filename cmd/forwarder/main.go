@@ -1,7 +1,7 @@
 // Command forwarder is the second reference consumer of the outbox stream:
 // it reads the stream in a consumer group and POSTs every event to
-// FORWARD_URL as a Standard Webhooks message (webhook-id = the outbox id),
-// acknowledging only after a 2xx. Each order's events reach the receiver
+// FORWARD_URL as a Standard Webhooks message (webhook-id = the row's
+// event_id), acknowledging only after a 2xx. Each order's events reach the receiver
 // in outbox order: one forwarder per group is active (a lease in Redis),
 // and within it each order's events go one by one while other orders go
 // beside them, so an order whose receiver refuses it holds back only its
@@ -11,10 +11,13 @@
 //
 //	EDGE_STREAM_URL=redis://... FORWARD_URL=https://... FORWARD_SECRET=whsec_... forwarder [flags]
 //	... forwarder -redrive-dead     (with no forwarder of the group running)
+//	forwarder secret                (prints a new FORWARD_SECRET)
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -53,6 +56,9 @@ type options struct {
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "secret" {
+		return printSecret(os.Stdout, stderr)
+	}
 	opts, err := parseOptions(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -237,4 +243,17 @@ func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if ok, suppressed := l.limit.allow(); ok {
 		l.log.Warn("go-redis", "message", fmt.Sprintf(format, v...), "suppressed", suppressed)
 	}
+}
+
+// printSecret writes a new signing secret for FORWARD_SECRET and the
+// receiver: "whsec_" and 32 random bytes in base64, the form the Standard
+// Webhooks libraries read.
+func printSecret(stdout, stderr io.Writer) int {
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		fmt.Fprintln(stderr, "forwarder secret:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "whsec_"+base64.StdEncoding.EncodeToString(key[:]))
+	return 0
 }

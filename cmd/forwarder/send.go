@@ -24,11 +24,20 @@ type sender struct {
 	secret string
 }
 
+// webhookID is the event's webhook-id: its event_id, unique across
+// databases and environments and the same at every re-send; for an entry
+// of a row written before event ids, the outbox id, as it was then.
+func webhookID(m redisstream.Message) string {
+	if m.EventID != "" {
+		return m.EventID
+	}
+	return strconv.FormatInt(m.OutboxID, 10)
+}
+
 // post sends one event and returns nil on a 2xx. The timestamp is taken
 // afresh for every attempt, so a retry after minutes is not refused as
 // stale by a receiver that checks it.
-func (s *sender) post(ctx context.Context, outboxID int64, body []byte) error {
-	id := strconv.FormatInt(outboxID, 10)
+func (s *sender) post(ctx context.Context, id string, body []byte) error {
 	ts := time.Now().Unix()
 	sig, err := channel.SignWebhook(s.secret, id, ts, body)
 	if err != nil {
@@ -59,23 +68,45 @@ func (s *sender) post(ctx context.Context, outboxID int64, body []byte) error {
 	return fmt.Errorf("receiver answered %d: %q", resp.StatusCode, head)
 }
 
-// buildBody renders {"outbox_id":..,"topic":..,"order_no":..,"payload":..}
-// with the payload's bytes exactly as the outbox row holds them.
+// buildBody renders the Standard Webhooks payload shape
+// {"type":<topic>,"timestamp":<occurred_at>,"data":{"event_id":..,
+// "outbox_id":..,<the payload's fields>}}, the payload's fields with their
+// bytes exactly as the outbox row holds them (its order_no among them).
+// An entry of a row written before event ids and payload facts has
+// "event_id":null and, for a timestamp, the time Redis took the entry.
 func buildBody(m redisstream.Message) ([]byte, error) {
-	if !json.Valid([]byte(m.Payload)) {
-		return nil, fmt.Errorf("outbox id %d: payload is not JSON", m.OutboxID)
+	payload := bytes.TrimSpace([]byte(m.Payload))
+	var facts struct {
+		OccurredAt string `json:"occurred_at"`
+	}
+	if len(payload) == 0 || payload[0] != '{' || json.Unmarshal(payload, &facts) != nil {
+		return nil, fmt.Errorf("outbox id %d: payload is not a JSON object", m.OutboxID)
+	}
+	ts := facts.OccurredAt
+	if ts == "" {
+		ts = entryTime(m.StreamID).UTC().Format(time.RFC3339Nano)
 	}
 	topic, _ := json.Marshal(m.Topic)
-	order, _ := json.Marshal(m.OrderNo)
-	b := make([]byte, 0, 64+len(topic)+len(order)+len(m.Payload))
-	b = append(b, `{"outbox_id":`...)
-	b = strconv.AppendInt(b, m.OutboxID, 10)
-	b = append(b, `,"topic":`...)
+	stamp, _ := json.Marshal(ts)
+	event := []byte("null")
+	if m.EventID != "" {
+		event, _ = json.Marshal(m.EventID)
+	}
+	b := make([]byte, 0, 96+len(topic)+len(stamp)+len(event)+len(payload))
+	b = append(b, `{"type":`...)
 	b = append(b, topic...)
-	b = append(b, `,"order_no":`...)
-	b = append(b, order...)
-	b = append(b, `,"payload":`...)
-	b = append(b, m.Payload...)
+	b = append(b, `,"timestamp":`...)
+	b = append(b, stamp...)
+	b = append(b, `,"data":{"event_id":`...)
+	b = append(b, event...)
+	b = append(b, `,"outbox_id":`...)
+	b = strconv.AppendInt(b, m.OutboxID, 10)
+	if rest := bytes.TrimSpace(payload[1:]); len(rest) > 0 && rest[0] != '}' {
+		b = append(b, ',')
+		b = append(b, rest...)
+	} else {
+		b = append(b, '}')
+	}
 	b = append(b, '}')
 	return b, nil
 }
@@ -87,7 +118,7 @@ func decode(xm redis.XMessage) (redisstream.Message, error) {
 	if err != nil {
 		return redisstream.Message{}, fmt.Errorf("entry %s: bad %s %q", xm.ID, redisstream.FieldOutboxID, str(redisstream.FieldOutboxID))
 	}
-	m := redisstream.Message{StreamID: xm.ID, OutboxID: id, Topic: str(redisstream.FieldTopic),
+	m := redisstream.Message{StreamID: xm.ID, OutboxID: id, EventID: str(redisstream.FieldEventID), Topic: str(redisstream.FieldTopic),
 		OrderNo: str(redisstream.FieldOrderNo), Payload: str(redisstream.FieldPayload)}
 	if m.OrderNo == "" {
 		return m, fmt.Errorf("entry %s: no %s", xm.ID, redisstream.FieldOrderNo)

@@ -159,13 +159,25 @@ const GroupCommitEnv = "NOTIFYEDGE_TEST_GROUP_COMMIT"
 // GroupCommit reports the mode tests open Stores in (GroupCommitEnv).
 func GroupCommit() bool { return os.Getenv(GroupCommitEnv) != "0" }
 
+// Pool opens a pool on url for a test's own statements, closed when the
+// test ends.
+func Pool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
 // WaitCancelled waits until no session of db's database but db's own still
 // runs a delivery. Process returns at its deadline and the cancel pgx sent
 // reaches the server a moment later: what a test then checks is what the
 // cancelled transaction left.
 func WaitCancelled(t testing.TB, db *pgxpool.Pool) {
 	t.Helper()
-	waitCount(t, db, 10*time.Second, "deliveries still running after their deadline", func(n int) bool { return n == 0 },
+	waitCount(t, db, 30*time.Second, "deliveries still running after their deadline", func(n int) bool { return n == 0 },
 		`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 			AND state = 'active' AND query LIKE '%notifyedge_process%' AND pid <> pg_backend_pid()`)
 }

@@ -30,6 +30,7 @@ const DefaultStream = "notifyedge:outbox"
 // The message fields.
 const (
 	FieldOutboxID = "outbox_id"
+	FieldEventID  = "event_id" // absent on entries of rows written before event ids
 	FieldTopic    = "topic"
 	FieldOrderNo  = "order_no"
 	FieldPayload  = "payload"
@@ -38,24 +39,38 @@ const (
 // Publisher publishes outbox rows to one stream.
 type Publisher struct {
 	// Replicas, when > 0, is how many replicas of the stream's master must
-	// hold a published batch (WAIT, on the connection that wrote it) before
-	// Publish returns nil, so that an entry Redis acknowledged cannot vanish
-	// in a failover after its row was marked published. Fewer within
-	// ReplicaTimeout (default 1s) is an error: the rows stay unpublished and
-	// go again (consumers skip an outbox id they have seen).
+	// hold a published batch before Publish returns nil, so that an entry
+	// Redis acknowledged cannot vanish in a failover after its row was
+	// marked published. Fewer within ReplicaTimeout (default 1s) is an
+	// error wrapping ErrReplicas: the rows stay unpublished, and when the
+	// relay hands them over again they are checked again, not appended
+	// again (see held).
 	Replicas       int
 	ReplicaTimeout time.Duration
+	// OnTrimError hears a trim that failed. The entries it follows are
+	// published all the same (a failed trim must not send them again);
+	// the next trim tries again.
+	OnTrimError func(error)
 
 	client    redis.UniversalClient
 	stream    string
 	trimEvery time.Duration
 	mu        sync.Mutex
 	lastTrim  time.Time
+	held      held
 }
 
-// ErrReplicas is returned by Publish when fewer replicas than
-// Publisher.Replicas confirmed a batch in time.
-var ErrReplicas = errors.New("redisstream: too few replicas confirmed the entries")
+// ErrReplicas is returned (wrapped) by Publish when fewer replicas than
+// Publisher.Replicas hold the entries: the broker has them, unconfirmed
+// (errors.Is(err, outbox.ErrUnconfirmed) holds too).
+var ErrReplicas error = replicasError{}
+
+type replicasError struct{}
+
+func (replicasError) Error() string { return "too few replicas hold the stream's entries" }
+
+// Is makes ErrReplicas an outbox.ErrUnconfirmed without repeating its text.
+func (replicasError) Is(target error) bool { return target == outbox.ErrUnconfirmed }
 
 var _ outbox.Publisher = (*Publisher)(nil)
 
@@ -67,56 +82,63 @@ func NewPublisher(client redis.UniversalClient, stream string, trimEvery time.Du
 
 // Publish XADDs msgs in order in one pipeline and returns nil once Redis
 // acknowledged every one (and, with Replicas, once that many replicas hold
-// them).
+// them: see publishReplicated).
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
-	var pipe redis.Pipeliner
 	if p.Replicas > 0 {
-		// WAIT counts the replicas that hold this connection's writes: the
-		// XADDs and the WAIT go in one pipeline, on one connection to the
-		// stream's master.
-		conn, err := p.master(ctx)
-		if err != nil {
+		if err := p.publishReplicated(ctx, msgs); err != nil {
+			return err
+		}
+	} else {
+		pipe := p.client.Pipeline()
+		cmds := p.xadd(ctx, pipe, msgs)
+		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("xadd: %w", err)
 		}
-		pipe = conn.Pipeline()
-	} else {
-		pipe = p.client.Pipeline()
+		if err := xaddErr(msgs, cmds); err != nil {
+			return err
+		}
 	}
+	p.trimIfDue(ctx)
+	return nil
+}
+
+// xadd queues one XADD a message on pipe.
+func (p *Publisher) xadd(ctx context.Context, pipe redis.Pipeliner, msgs []outbox.Message) []*redis.StringCmd {
 	cmds := make([]*redis.StringCmd, len(msgs))
 	for i, m := range msgs {
-		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.stream, Values: []any{
-			FieldOutboxID, m.ID, FieldTopic, m.Topic, FieldOrderNo, m.OrderNo, FieldPayload, m.Payload,
-		}})
+		values := []any{FieldOutboxID, m.ID, FieldTopic, m.Topic, FieldOrderNo, m.OrderNo, FieldPayload, m.Payload}
+		if m.EventID != "" {
+			values = append(values, FieldEventID, m.EventID)
+		}
+		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.stream, Values: values})
 	}
-	var wait *redis.Cmd
-	if p.Replicas > 0 {
-		wait = pipe.Do(ctx, "WAIT", p.Replicas, cmp.Or(p.ReplicaTimeout, time.Second).Milliseconds())
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("xadd: %w", err)
-	}
+	return cmds
+}
+
+// xaddErr is the first XADD of cmds that failed, naming its outbox id.
+func xaddErr(msgs []outbox.Message, cmds []*redis.StringCmd) error {
 	for i, c := range cmds {
 		if err := c.Err(); err != nil {
 			return fmt.Errorf("xadd outbox id %d: %w", msgs[i].ID, err)
 		}
 	}
-	if wait != nil {
-		if n, err := wait.Int64(); err != nil || n < int64(p.Replicas) {
-			return fmt.Errorf("%w: %d of %d within %s", ErrReplicas, n, p.Replicas, cmp.Or(p.ReplicaTimeout, time.Second))
-		}
-	}
+	return nil
+}
+
+// trimIfDue trims when trimEvery has passed since the last trim.
+func (p *Publisher) trimIfDue(ctx context.Context) {
 	p.mu.Lock()
 	due := time.Since(p.lastTrim) >= p.trimEvery
 	if due {
 		p.lastTrim = time.Now()
 	}
 	p.mu.Unlock()
-	if due {
-		if err := p.Trim(ctx); err != nil {
-			return fmt.Errorf("trim: %w", err) // published and acknowledged; the relay retries harmlessly
-		}
+	if !due {
+		return
 	}
-	return nil
+	if err := p.Trim(ctx); err != nil && p.OnTrimError != nil {
+		p.OnTrimError(err)
+	}
 }
 
 // master returns a client of the stream's master: on a Redis Cluster the
@@ -128,55 +150,56 @@ func (p *Publisher) master(ctx context.Context) (redis.Cmdable, error) {
 	return p.client, nil
 }
 
-// Trim drops the entries every consumer group has acknowledged: below the
-// smallest of each group's oldest pending id (or, with none pending, its
-// last delivered id). Without groups nothing is acknowledged: no trim.
+// trimScript trims KEYS[1] below the oldest id that every consumer group
+// has both read and acknowledged: a group's oldest pending id, or with none
+// pending its last delivered id; without groups, or with a group that has
+// read nothing, it trims nothing. It reads the groups and trims in one
+// script, so no group moves between the reads: read one by one, a group
+// that acknowledged its last pending entry between XINFO GROUPS and its
+// XPENDING answered with no lowest id, and a group created meanwhile was
+// missed, and entries a group had not read were trimmed. It returns the
+// entries trimmed.
+var trimScript = redis.NewScript(`
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok then
+  local msg = tostring(type(groups) == 'table' and groups.err or groups)
+  if string.find(msg, 'no such key', 1, true) then return 0 end
+  return redis.error_reply(msg)
+end
+if #groups == 0 then return 0 end
+local floor, floorMs, floorSeq
+for _, g in ipairs(groups) do
+  local f = {}
+  for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+  local keep = f['last-delivered-id']
+  if f['pending'] > 0 then
+    keep = redis.call('XPENDING', KEYS[1], f['name'])[2]
+  end
+  local ms, seq = string.match(keep, '^(%d+)-(%d+)$')
+  ms, seq = tonumber(ms), tonumber(seq)
+  if floor == nil or ms < floorMs or (ms == floorMs and seq < floorSeq) then
+    floor, floorMs, floorSeq = keep, ms, seq
+  end
+end
+if floorMs == 0 and floorSeq == 0 then return 0 end
+return redis.call('XTRIM', KEYS[1], 'MINID', floor)
+`)
+
+// Trim drops the entries every consumer group has read and acknowledged,
+// whatever the groups do meanwhile (see trimScript). Without groups
+// nothing is acknowledged: no trim.
 func (p *Publisher) Trim(ctx context.Context) error {
-	groups, err := p.client.XInfoGroups(ctx, p.stream).Result()
-	if err != nil || len(groups) == 0 {
-		if err != nil && strings.Contains(err.Error(), "no such key") {
-			return nil
-		}
-		return err
+	if err := trimScript.Run(ctx, p.client, []string{p.stream}).Err(); err != nil {
+		return fmt.Errorf("trim %s: %w", p.stream, err)
 	}
-	var floor string
-	for _, g := range groups {
-		keep := g.LastDeliveredID
-		if g.Pending > 0 {
-			pend, err := p.client.XPending(ctx, p.stream, g.Name).Result()
-			if err != nil {
-				return err
-			}
-			keep = pend.Lower
-		}
-		if floor == "" || lessID(keep, floor) {
-			floor = keep
-		}
-	}
-	if floor == "" || floor == "0-0" {
-		return nil
-	}
-	return p.client.XTrimMinID(ctx, p.stream, floor).Err()
-}
-
-// lessID compares stream ids "ms-seq".
-func lessID(a, b string) bool {
-	am, as := splitID(a)
-	bm, bs := splitID(b)
-	return am < bm || am == bm && as < bs
-}
-
-func splitID(id string) (uint64, uint64) {
-	ms, seq, _ := strings.Cut(id, "-")
-	m, _ := strconv.ParseUint(ms, 10, 64)
-	s, _ := strconv.ParseUint(seq, 10, 64)
-	return m, s
+	return nil
 }
 
 // Message is one outbox row as a consumer reads it.
 type Message struct {
 	StreamID string
 	OutboxID int64
+	EventID  string // "" on an entry of a row written before event ids
 	Topic    string
 	OrderNo  string
 	Payload  string
@@ -360,7 +383,7 @@ func decode(xm redis.XMessage) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("message %s: bad %s %q", xm.ID, FieldOutboxID, str(FieldOutboxID))
 	}
-	return Message{StreamID: xm.ID, OutboxID: id, Topic: str(FieldTopic), OrderNo: str(FieldOrderNo), Payload: str(FieldPayload)}, nil
+	return Message{StreamID: xm.ID, OutboxID: id, EventID: str(FieldEventID), Topic: str(FieldTopic), OrderNo: str(FieldOrderNo), Payload: str(FieldPayload)}, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -12,7 +12,8 @@
 -- that adopts it). p_new_refunded > p_refunded makes the move a refund of
 -- the payer: its trade_refund row is inserted (a plain INSERT: a duplicate
 -- would abort the transaction rather than refund twice), and the outbox
--- payload carries the refund.
+-- payload carries the refund. Every payload carries the order's facts as
+-- the move left them (notifyedge_event_facts).
 CREATE OR REPLACE FUNCTION notifyedge_move(
     p_order_no text, p_event text, p_biz_key text, p_amount bigint, p_currency text,
     p_from text, p_to text, p_topic text, p_paid_by text, p_trade text,
@@ -20,7 +21,8 @@ CREATE OR REPLACE FUNCTION notifyedge_move(
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_trade text := coalesce(p_trade, p_paid_by);
+    v_trade    text := coalesce(p_trade, p_paid_by);
+    v_facts    jsonb;
 BEGIN
     UPDATE biz_order
        SET status = p_to, paid_by = v_trade, refunded_amount = p_new_refunded, updated_at = now()
@@ -28,7 +30,8 @@ BEGIN
        AND status = p_from
        AND paid_by IS NOT DISTINCT FROM p_paid_by
        AND refunded_amount = p_refunded
-       AND (p_amount IS NULL OR (amount = p_amount AND currency = p_currency));
+       AND (p_amount IS NULL OR (amount = p_amount AND currency = p_currency))
+    RETURNING notifyedge_event_facts(amount, currency, channel, paid_by, p_biz_key) INTO v_facts;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -36,7 +39,7 @@ BEGIN
         INSERT INTO outbox (topic, order_no, payload)
         VALUES (p_topic, p_order_no, jsonb_build_object(
             'order_no', p_order_no, 'event_type', p_event,
-            'from', p_from, 'to', p_to, 'biz_key', p_biz_key));
+            'from', p_from, 'to', p_to, 'biz_key', p_biz_key) || v_facts);
         RETURN true;
     END IF;
     INSERT INTO trade_refund (trade, refund_id, order_no, amount)
@@ -46,6 +49,6 @@ BEGIN
         'order_no', p_order_no, 'event_type', p_event,
         'from', p_from, 'to', p_to, 'biz_key', p_biz_key,
         'trade', v_trade, 'refund_id', nullif(p_refund_id, ''),
-        'refund_amount', p_new_refunded - p_refunded, 'refunded_amount', p_new_refunded));
+        'refund_amount', p_new_refunded - p_refunded, 'refunded_amount', p_new_refunded) || v_facts);
     RETURN true;
 END $$;

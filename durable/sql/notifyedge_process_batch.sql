@@ -205,21 +205,25 @@ BEGIN
           FROM unnest(v_plain) AS m(i);
     END IF;
     IF cardinality(v_moves) > 0 THEN
-        UPDATE biz_order o
-           SET status = v_to[m.i], paid_by = v_newpay[m.i], updated_at = now()
-          FROM unnest(v_moves) AS m(i)
-         WHERE o.order_no = p_orders[m.i] AND o.status = v_from[m.i]
-           AND o.paid_by IS NOT DISTINCT FROM v_payer[m.i];
+        -- An outbox row for each order moved, with the facts as the move
+        -- left them; the count of rows inserted is the count moved.
+        WITH moved AS (
+            UPDATE biz_order o
+               SET status = v_to[m.i], paid_by = v_newpay[m.i], updated_at = now()
+              FROM unnest(v_moves) AS m(i)
+             WHERE o.order_no = p_orders[m.i] AND o.status = v_from[m.i]
+               AND o.paid_by IS NOT DISTINCT FROM v_payer[m.i]
+            RETURNING m.i, notifyedge_event_facts(o.amount, o.currency, o.channel, o.paid_by, p_keys[m.i]) AS facts)
+        INSERT INTO outbox (topic, order_no, payload)
+        SELECT v_topic[m.i], p_orders[m.i], jsonb_build_object(
+                   'order_no', p_orders[m.i], 'event_type', p_events[m.i],
+                   'from', v_from[m.i], 'to', v_to[m.i], 'biz_key', p_keys[m.i]) || m.facts
+          FROM moved m ORDER BY m.i;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         IF v_count <> cardinality(v_moves) THEN
             RAISE EXCEPTION 'batch: % of % locked orders moved', v_count, cardinality(v_moves)
                 USING ERRCODE = 'serialization_failure';
         END IF;
-        INSERT INTO outbox (topic, order_no, payload)
-        SELECT v_topic[m.i], p_orders[m.i], jsonb_build_object(
-                   'order_no', p_orders[m.i], 'event_type', p_events[m.i],
-                   'from', v_from[m.i], 'to', v_to[m.i], 'biz_key', p_keys[m.i])
-          FROM unnest(v_moves) AS m(i);
     END IF;
 
     FOR v_i IN 1 .. v_n LOOP

@@ -85,12 +85,13 @@ BEGIN
          WHERE o.order_no = l.order_no
            AND r_act[array_position(r_from, l.status)] IN ('move', 'pay')
         RETURNING o.order_no, l.status AS from_status, o.status AS to_status,
-                  r_topic[array_position(r_from, l.status)] AS topic, l.outbox_id),
+                  r_topic[array_position(r_from, l.status)] AS topic, l.outbox_id,
+                  notifyedge_event_facts(o.amount, o.currency, o.channel, o.paid_by, NULL) AS facts),
     outbox_rows AS (
         INSERT INTO outbox (topic, order_no, payload)
         SELECT m.topic, m.order_no, jsonb_build_object(
                    'order_no', m.order_no, 'event_type', 'SHIP',
-                   'from', m.from_status, 'to', m.to_status, 'biz_key', NULL)
+                   'from', m.from_status, 'to', m.to_status, 'biz_key', NULL) || m.facts
           FROM moved m ORDER BY m.order_no),
     shipments AS (
         INSERT INTO shipment (order_no, outbox_id, source)

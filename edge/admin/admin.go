@@ -56,8 +56,11 @@ type Config struct {
 	// Draining reports a drain in progress: /readyz then answers 503.
 	Draining func() bool
 	// RedisState and RelayState report "ok"/"degraded"/"off" and
-	// "running"/"standby"/"off" for /readyz (nil: "off").
+	// "running"/"degraded"/"standby"/"off" for /readyz (nil: "off").
 	RedisState, RelayState func() string
+	// RelayDetail says why the relay is "degraded" ("" otherwise): /readyz
+	// shows it as relay_detail.
+	RelayDetail func() string
 	// Reload re-reads the credentials for POST /reload (nil: that endpoint
 	// is not served). Its error, if any, names the variable and the reason.
 	Reload func(ctx context.Context) error
@@ -260,11 +263,15 @@ func (a *Server) readyz(ctx *fasthttp.RequestCtx, d *Deps) {
 		return f()
 	}
 	body := struct {
-		Postgres string `json:"postgres"`
-		Redis    string `json:"redis"`
-		Relay    string `json:"relay"`
-		Draining bool   `json:"draining,omitempty"`
+		Postgres    string `json:"postgres"`
+		Redis       string `json:"redis"`
+		Relay       string `json:"relay"`
+		RelayDetail string `json:"relay_detail,omitempty"`
+		Draining    bool   `json:"draining,omitempty"`
 	}{Postgres: "ok", Redis: state(a.cfg.RedisState), Relay: state(a.cfg.RelayState)}
+	if a.cfg.RelayDetail != nil {
+		body.RelayDetail = a.cfg.RelayDetail()
+	}
 	code := http.StatusOK
 	if d == nil {
 		body.Postgres, code = "starting", http.StatusServiceUnavailable

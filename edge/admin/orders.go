@@ -78,6 +78,7 @@ type refundJSON struct {
 
 type eventJSON struct {
 	ID          int64           `json:"id"`
+	EventID     *string         `json:"event_id"`
 	Topic       string          `json:"topic"`
 	Payload     json.RawMessage `json:"payload"`
 	CreatedAt   time.Time       `json:"created_at"`
@@ -104,7 +105,7 @@ func toOrderJSON(h durable.OrderHistory) orderJSON {
 		o.Refunds = append(o.Refunds, refundJSON{r.Trade, r.RefundID, r.Amount, r.CreatedAt.UTC()})
 	}
 	for _, e := range h.Events {
-		o.Events = append(o.Events, eventJSON{e.ID, e.Topic, e.Payload, e.CreatedAt.UTC(), utcPtr(e.PublishedAt)})
+		o.Events = append(o.Events, eventJSON{e.ID, e.EventID, e.Topic, e.Payload, e.CreatedAt.UTC(), utcPtr(e.PublishedAt)})
 	}
 	for _, v := range h.Reviews {
 		o.Reviews = append(o.Reviews, orderRevJSON{v.ID, string(v.Reason), v.BizKey, v.CreatedAt.UTC(), utcPtr(v.ResolvedAt)})
