@@ -85,6 +85,8 @@ func TestOrdersAPI(t *testing.T) {
 	events, _ := got["events"].([]any)
 	if len(claims) != 1 || claims[0].(map[string]any)["outcome"] != "applied" || len(events) != 1 || events[0].(map[string]any)["topic"] != "ORDER_PAID" {
 		t.Errorf("GET history: claims %v events %v", claims, events)
+	} else if id, _ := events[0].(map[string]any)["event_id"].(string); len(id) != 36 {
+		t.Errorf("GET history: event %v, want its event_id", events[0])
 	}
 	if code, _ := b.admin(t, "GET", "/orders/O-none", ordersToken, ""); code != 404 {
 		t.Errorf("GET unknown: %d", code)

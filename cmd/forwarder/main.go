@@ -41,7 +41,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -55,9 +55,9 @@ type options struct {
 }
 
 // run is main without the process: it returns the exit code.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "secret" {
-		return printSecret(os.Stdout, stderr)
+		return printSecret(stdout, stderr)
 	}
 	opts, err := parseOptions(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
 func TestOptions(t *testing.T) {
@@ -50,7 +52,32 @@ func TestOptions(t *testing.T) {
 		t.Errorf("the error quotes the secret: %v", err)
 	}
 	// A bad configuration exits 2 before touching Redis.
-	if code := run(context.Background(), nil, env(bad), io.Discard); code != 2 {
+	if code := run(context.Background(), nil, env(bad), io.Discard, io.Discard); code != 2 {
 		t.Errorf("exit %d, want 2", code)
+	}
+}
+
+// forwarder secret prints a secret the forwarder and the Standard Webhooks
+// library both take, a new one each time.
+func TestSecretCommand(t *testing.T) {
+	secrets := map[string]bool{}
+	for range 2 {
+		var out strings.Builder
+		if code := run(context.Background(), []string{"secret"}, func(string) string { return "" }, &out, io.Discard); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		s := strings.TrimSpace(out.String())
+		if _, err := standardwebhooks.NewWebhook(s); err != nil || !strings.HasPrefix(s, "whsec_") {
+			t.Errorf("secret %q: %v", s, err)
+		}
+		if _, err := parseOptions(nil, func(k string) string {
+			return map[string]string{"FORWARD_URL": "https://x.example/", "FORWARD_SECRET": s, "EDGE_STREAM_URL": "redis://127.0.0.1:1/0"}[k]
+		}, io.Discard); err != nil {
+			t.Errorf("the forwarder refuses its own secret: %v", err)
+		}
+		secrets[s] = true
+	}
+	if len(secrets) != 2 {
+		t.Error("two runs printed the same secret")
 	}
 }
