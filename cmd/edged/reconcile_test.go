@@ -359,6 +359,12 @@ func TestReconcileTwoNodes(t *testing.T) {
 			fmt.Sprintf("%d of %d PAID; %v", n, paid, c)
 	})
 
+	// Asked by hand, an order not paid yet: the answer names its state too.
+	if code, body := adminDo(t, rcOrders, "POST", "http://"+leader.AdminAddr()+"/orders/WX-NOTPAY/reconcile", ""); code != 200 ||
+		!strings.Contains(body, `"state":"pending"`) || !strings.Contains(body, `"status":"PENDING_PAY"`) {
+		t.Errorf("asked by hand while pending: %d %s, want 200 with the order's status", code, body)
+	}
+
 	// The late callbacks, on node B: replays, never a second effect.
 	lateWx, lateAli := 0, 0
 	for _, o := range orders {

@@ -389,12 +389,12 @@ var ErrNotAsked = errors.New("admin: the channel could not be asked")
 // ReconcileAnswer is POST /orders/{order_no}/reconcile's answer: which
 // channel answered, its answer (paid, pending, closed, not_found), the
 // decision's outcome for a paid answer (the state otherwise) and the
-// order's state after a decision ("" when none was made).
+// order's state (after the decision, or as it is when none was made).
 type ReconcileAnswer struct {
 	Channel string `json:"channel"`
 	State   string `json:"state"`
 	Outcome string `json:"outcome"`
-	Status  string `json:"status,omitempty"`
+	Status  string `json:"status"`
 }
 
 // reconcileTimeout bounds POST /orders/{order_no}/reconcile: the channels'

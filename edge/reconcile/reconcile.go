@@ -181,8 +181,9 @@ type Report struct {
 	// Outcome is the decision of a paid answer (applied, skipped,
 	// replayed, amount_mismatch, ...) or, for the others, the state.
 	Outcome string
-	// Status is the order's state after (a paid answer's decision), or ""
-	// when nothing was decided.
+	// Status is the order's state after a paid answer's decision; when
+	// nothing was decided, Ask's report has the state the order is in
+	// (the background's has "").
 	Status string
 	// Result is what notifyedge_reconcile_total counted for that channel.
 	Result string
@@ -198,12 +199,17 @@ var ErrNotAsked = errors.New("reconcile: the channel could not be asked")
 
 // Ask asks about orderNo now, decides a paid answer and records the query
 // for the back-off; durable.ErrUnknownOrder when there is no such order.
+// Its report always names the order's state.
 func (r *Reconciler) Ask(ctx context.Context, orderNo string) (Report, error) {
-	o, _, err := r.cfg.Store.ReconcileTarget(ctx, orderNo)
+	o, state, err := r.cfg.Store.ReconcileTarget(ctx, orderNo)
 	if err != nil {
 		return Report{}, err
 	}
-	return r.ask(ctx, o)
+	rep, err := r.ask(ctx, o)
+	if rep.Status == "" {
+		rep.Status = string(state) // nothing decided: as it was
+	}
+	return rep, err
 }
 
 // targets lists the channels to ask about o, sorted by name.

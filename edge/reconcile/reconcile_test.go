@@ -166,7 +166,7 @@ func TestAskSchedules(t *testing.T) {
 	wx.set("PENDING", query.Pending)
 	for i, want := range []float64{600, 3600, -1} { // the third step would pass the horizon
 		rep, err := ask("PENDING")
-		if err != nil || rep.State != query.Pending || rep.Result != reconcile.ResultPending || rep.Status != "" {
+		if err != nil || rep.State != query.Pending || rep.Result != reconcile.ResultPending || rep.Status != string(durable.PendingPay) {
 			t.Fatalf("ask %d: %+v %v", i, rep, err)
 		}
 		if in, step, errs := r.next(t, "PENDING"); !(near(in, want) || want == -1 && in == -1) || step != i+1 || errs != 0 {
