@@ -200,6 +200,7 @@ func (m *Main) Run(ctx context.Context) error {
 		RedisState:  redisState,
 		RelayState:  func() string { return m.relayState.Load().(string) },
 		RelayDetail: func() string { return m.relayDetail.Load().(string) },
+		Channels:    names,
 		Reload:      creds.Reload,
 		Logger:      m.Logger,
 	})

@@ -558,3 +558,22 @@ func metricValue(t *testing.T, page, series string) float64 {
 	}
 	return 0
 }
+
+// PUT /orders naming a channel edged does not have is refused, naming the
+// ones it has: such an order would never be asked about. Nothing is stored.
+func TestPutOrderOfAnUnconfiguredChannel(t *testing.T) {
+	r := newReconcileRig(t)
+	a, _ := r.node(t)
+	base := "http://" + a.AdminAddr() + "/orders/X-UNCONF"
+	code, body := adminDo(t, rcOrders, "PUT", base, `{"amount":100,"currency":"CNY","channel":"nope"}`)
+	if code != 400 || !strings.Contains(body, `nope`) || !strings.Contains(body, "is not configured") ||
+		!strings.Contains(body, "ali") || !strings.Contains(body, "wx") {
+		t.Errorf("PUT with channel nope: %d %s, want 400 naming the configured channels", code, body)
+	}
+	if code, body := adminDo(t, rcOrders, "GET", base, ""); code != 404 {
+		t.Errorf("after the refused PUT: %d %s, want 404", code, body)
+	}
+	if code, body := adminDo(t, rcOrders, "PUT", base, `{"amount":100,"currency":"CNY","channel":"wx"}`); code != 201 {
+		t.Errorf("PUT with channel wx: %d %s, want 201", code, body)
+	}
+}

@@ -61,6 +61,9 @@ type Config struct {
 	// RelayDetail says why the relay is "degraded" ("" otherwise): /readyz
 	// shows it as relay_detail.
 	RelayDetail func() string
+	// Channels are the names of the configured channels: PUT /orders
+	// refuses any other (nil: any name).
+	Channels []string
 	// Reload re-reads the credentials for POST /reload (nil: that endpoint
 	// is not served). Its error, if any, names the variable and the reason.
 	Reload func(ctx context.Context) error

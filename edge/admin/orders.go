@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -194,6 +196,12 @@ func (a *Server) orders(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 		amount, currency, ch, err := orderFields(ctx.PostBody(), true)
 		if err != nil {
 			jsonError(ctx, http.StatusBadRequest, err.Error())
+			return
+		}
+		// An order of a channel edged does not have would never be asked
+		// about, nor paid by a callback.
+		if ch != "" && a.cfg.Channels != nil && !slices.Contains(a.cfg.Channels, ch) {
+			jsonError(ctx, http.StatusBadRequest, fmt.Sprintf("channel: %q is not configured; the configured channels are %s", ch, strings.Join(a.cfg.Channels, ", ")))
 			return
 		}
 		created, err := d.Orders.PutOrder(rctx, orderNo, amount, currency, ch)
