@@ -128,6 +128,14 @@ func TestCredentialRefusals(t *testing.T) {
 			[]string{"EDGE_CHANNEL_WX_PLATFORM_KEYS", "entry 2", "SERIAL="}},
 		{"generic short secret", []string{"EDGE_SECRET_ACME=whsec_" + base64.StdEncoding.EncodeToString([]byte("short"))},
 			[]string{"secret 1", "at least 24"}},
+		{"alipay API in the clear", []string{"EDGE_CHANNEL_ALI_KIND=alipay", "EDGE_SECRET_ALI=" + good,
+			"EDGE_CHANNEL_ALI_API_URL=http://openapi.alipay.example/gateway.do"},
+			[]string{"EDGE_CHANNEL_ALI_API_URL", "must be https://", "loopback"}},
+		{"wechat API in the clear", []string{"EDGE_SECRET_WX=" + wx.APIv3Key, "EDGE_CHANNEL_WX_KIND=wechatpay",
+			"EDGE_CHANNEL_WX_PLATFORM_KEYS=" + wx.Serial + "=" + wx.PublicKeyBase64(), "EDGE_CHANNEL_WX_API_URL=http://10.0.0.8:8080"},
+			[]string{"EDGE_CHANNEL_WX_API_URL", "must be https://"}},
+		{"API URL not a URL", []string{"EDGE_CHANNEL_ALI_KIND=alipay", "EDGE_SECRET_ALI=" + good, "EDGE_CHANNEL_ALI_API_URL=gateway.do"},
+			[]string{"EDGE_CHANNEL_ALI_API_URL", "not a URL"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := ParseConfig(nil, append([]string{"DATABASE_URL=postgres://db/x"}, c.env...))
@@ -150,6 +158,10 @@ func TestCredentialRefusals(t *testing.T) {
 	// A bare base64 secret, without whsec_, is a Standard Webhooks secret too.
 	bare := base64.StdEncoding.EncodeToString([]byte("a secret of twenty-four+ bytes"))
 	builds(t, "EDGE_SECRET_ACME="+bare)
+	// The channel's API over https, or in the clear to a loopback fake only.
+	for _, u := range []string{"https://openapi.alipay.com/gateway.do", "http://127.0.0.1:8080/gateway.do", "http://[::1]:8080/", "http://localhost:8080/"} {
+		builds(t, "EDGE_CHANNEL_ALI_KIND=alipay", "EDGE_SECRET_ALI="+good, "EDGE_CHANNEL_ALI_API_URL="+u)
+	}
 }
 
 // A certificate that expires within 30 days is a warning at load, and

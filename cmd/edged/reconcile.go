@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -42,6 +44,10 @@ func querySecret(cc ChannelConfig, k string) (string, error) {
 // verify the answers are those that verify the callbacks.
 func newQuerier(cc ChannelConfig, keys channelKeys) (reconcile.Querier, error) {
 	env := cc.varName
+	base, err := apiURL(cc)
+	if err != nil {
+		return nil, err
+	}
 	switch cc.Kind {
 	case "wechatpay":
 		key, err := querySecret(cc, "MERCHANT_KEY")
@@ -65,7 +71,7 @@ func newQuerier(cc ChannelConfig, keys channelKeys) (reconcile.Querier, error) {
 			return nil, fmt.Errorf("channel %s: %s: %w", cc.Name, env("MERCHANT_KEY"), err)
 		}
 		q, err := query.NewWeChat(query.WeChatConfig{MchID: cc.Vars["MCHID"], MerchantKey: pk, MerchantSerial: serial,
-			PlatformKeys: keys.wechat, NotAfter: keys.wechatNotAfter, BaseURL: cc.Vars["API_URL"]})
+			PlatformKeys: keys.wechat, NotAfter: keys.wechatNotAfter, BaseURL: base})
 		if err != nil {
 			return nil, fmt.Errorf("channel %s: %w", cc.Name, err)
 		}
@@ -80,13 +86,45 @@ func newQuerier(cc ChannelConfig, keys channelKeys) (reconcile.Querier, error) {
 			return nil, fmt.Errorf("channel %s: %s is set: set %s too, the app the queries are made as", cc.Name, env("APP_PRIVATE_KEY"), env("APP_ID"))
 		}
 		q, err := query.NewAlipay(query.AlipayConfig{AppID: apps[0], AppPrivateKey: key, PublicKeys: keys.alipay,
-			NotAfter: keys.alipayNotAfter, SellerID: cc.Vars["SELLER_ID"], BaseURL: cc.Vars["API_URL"]})
+			NotAfter: keys.alipayNotAfter, SellerID: cc.Vars["SELLER_ID"], BaseURL: base})
 		if err != nil {
 			return nil, fmt.Errorf("channel %s: %s: %w", cc.Name, env("APP_PRIVATE_KEY"), err)
 		}
 		return q, nil
 	}
 	return nil, nil
+}
+
+// apiURL is the channel's EDGE_CHANNEL_<C>_API_URL ("" for the channel's
+// production address): https://, or plain http:// to a loopback address
+// only (a test's fake). The queries carry signed requests and the answers
+// decide payments: they never cross a network in the clear.
+func apiURL(cc ChannelConfig) (string, error) {
+	raw := cc.Vars["API_URL"]
+	if raw == "" {
+		return "", nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("channel %s: %s: not a URL (want https://host[:port][/path])", cc.Name, cc.varName("API_URL"))
+	}
+	switch {
+	case u.Scheme == "https":
+		return raw, nil
+	case u.Scheme == "http" && isLoopback(u.Hostname()):
+		return raw, nil
+	}
+	return "", fmt.Errorf("channel %s: %s must be https:// (plain http:// only to a loopback address), not %s://%s",
+		cc.Name, cc.varName("API_URL"), u.Scheme, u.Host)
+}
+
+// isLoopback reports whether host is localhost or a loopback address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // reconcileMetrics are reconciliation's metrics:
