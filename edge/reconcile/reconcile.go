@@ -342,6 +342,15 @@ func (r *Reconciler) askOne(ctx context.Context, ch, orderNo string) (Report, er
 			r.cfg.Logger.Warn("reconcile: the channel says paid, the decision failed: asked again", "channel", ch, "order_no", orderNo, "error", err.Error())
 			return Report{}, fmt.Errorf("channel %s: decide: %w", ch, err)
 		}
+		if !v.Success && !heldForReview[o] {
+			// Refused without a review (a malformed field, an unknown
+			// currency): nobody would ever look at it, so it is asked
+			// again, not counted as decided.
+			r.cfg.OnResult(ch, ResultError)
+			r.cfg.Logger.Warn("reconcile: the channel says paid, the decision refused its answer: asked again", "channel", ch,
+				"order_no", orderNo, "outcome", o.String())
+			return Report{}, fmt.Errorf("channel %s: the decision refused the paid answer (%s)", ch, o)
+		}
 		rep.Outcome, rep.Status, rep.Result = outcomeName(o), v.Status, ResultSkipped
 		if o == edge.OutcomeApplied {
 			rep.Result = ResultApplied
@@ -357,6 +366,13 @@ func (r *Reconciler) askOne(ctx context.Context, ch, orderNo string) (Report, er
 	}
 	r.cfg.OnResult(ch, rep.Result)
 	return rep, nil
+}
+
+// heldForReview are the outcomes of a decision that refused a paid answer
+// and opened a review: decided, for a person to take from there.
+var heldForReview = map[edge.Outcome]bool{
+	edge.OutcomeConflict: true, edge.OutcomeAmountMismatch: true, edge.OutcomeRefundExceeds: true,
+	edge.OutcomeMerchantMismatch: true, edge.OutcomeUnknownOrder: true,
 }
 
 // outcomeName names a decision's outcome for the API (a replay from

@@ -66,10 +66,12 @@ func (a *answers) Query(_ context.Context, no string) (query.Answer, error) {
 }
 
 // decisions stands in for the adapter and the decision: it records what
-// it was asked to decide and answers applied the first time, replayed after.
+// it was asked to decide and answers applied the first time, replayed
+// after, unless refuse names the body: then that refusal.
 type decisions struct {
-	mu  sync.Mutex
-	got map[string]int
+	mu     sync.Mutex
+	got    map[string]int
+	refuse map[string]edge.Outcome
 }
 
 func (d *decisions) DecideStored(_ context.Context, _ edge.Authority, ch string, body []byte, _ bool) (channel.Verdict, edge.Outcome, error) {
@@ -79,6 +81,9 @@ func (d *decisions) DecideStored(_ context.Context, _ edge.Authority, ch string,
 		d.got = map[string]int{}
 	}
 	d.got[ch+" "+string(body)]++
+	if o, ok := d.refuse[string(body)]; ok {
+		return channel.Verdict{Status: "PENDING_PAY"}, o, nil
+	}
 	if d.got[ch+" "+string(body)] > 1 {
 		return channel.Verdict{Success: true, Status: "PAID"}, edge.OutcomeReplayedDB, nil
 	}
@@ -233,6 +238,29 @@ func TestAskSchedules(t *testing.T) {
 		t.Fatalf("asked again: %+v %v", rep, err)
 	}
 
+	// Paid, and the decision refused the answer without a review (a
+	// malformed field, an unknown currency): an error, asked again soon,
+	// never counted decided. Refused with a review: decided, not asked
+	// again.
+	d.refuse = map[string]edge.Outcome{"REFUSED": edge.OutcomeBadRequest, "HELD": edge.OutcomeAmountMismatch}
+	r.order(t, "REFUSED", "wx")
+	wx.set("REFUSED", query.Paid)
+	if rep, err := ask("REFUSED"); !errors.Is(err, reconcile.ErrNotAsked) {
+		t.Fatalf("refused without a review: %+v %v, want an error", rep, err)
+	}
+	if in, step, errs := r.next(t, "REFUSED"); !near(in, 60) || step != 0 || errs != 1 {
+		t.Errorf("refused without a review: next in %.0fs, step %d, errors %d; want the error retry", in, step, errs)
+	}
+	r.order(t, "HELD", "wx")
+	wx.set("HELD", query.Paid)
+	if rep, err := ask("HELD"); err != nil || rep.Result != reconcile.ResultSkipped || rep.Outcome != "amount_mismatch" {
+		t.Fatalf("held for review: %+v %v", rep, err)
+	}
+	if in, _, _ := r.next(t, "HELD"); in != -1 {
+		t.Errorf("held for review: asked again in %.0fs", in)
+	}
+	// (Counted below: six failed queries and the refused answer.)
+
 	// No channel named: one fails, the other says pending. Asked again
 	// soon: the failed one may be the payer.
 	r.order(t, "SPLIT", "")
@@ -273,7 +301,7 @@ func TestAskSchedules(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if counted["wx/error"] != 6 || counted["ali/error"] != 1 || counted["ali/applied"] != 1 || counted["ali/skipped"] != 1 || counted["ali/closed"] != 1 {
+	if counted["wx/error"] != 7 || counted["ali/error"] != 1 || counted["ali/applied"] != 1 || counted["ali/skipped"] != 1 || counted["ali/closed"] != 1 {
 		t.Errorf("counted %v", counted)
 	}
 }
