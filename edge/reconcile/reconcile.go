@@ -78,6 +78,11 @@ type Config struct {
 	Window durable.ReconcileWindow
 	// Rate is the most queries a second per channel (default 10).
 	Rate float64
+	// ManualRate is the most queries a second per channel that Ask (POST
+	// /orders/{order_no}/reconcile) makes, from a budget of its own, so
+	// that a burst of them never delays the background's queries (default
+	// a tenth of Rate, at least 1). A channel sees at most Rate+ManualRate.
+	ManualRate float64
 	// Backoff is the wait after each answered query (default
 	// DefaultBackoff; the last step repeats).
 	Backoff []time.Duration
@@ -116,6 +121,9 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	if cfg.Rate <= 0 {
 		cfg.Rate = 10
+	}
+	if cfg.ManualRate <= 0 {
+		cfg.ManualRate = max(1, cfg.Rate/10)
 	}
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = DefaultBackoff
@@ -158,15 +166,20 @@ func (r *Reconciler) SetQueriers(qs map[string]Querier) {
 // Asks reports whether some channel can be asked (has query credentials).
 func (r *Reconciler) Asks() bool { return len(*r.queriers.Load()) > 0 }
 
-// limiter returns the channel's rate limiter (one per channel name, kept
-// across reloads so that a reload never resets the rate).
-func (r *Reconciler) limiter(ch string) *rate.Limiter {
+// limiter returns the channel's rate limiter, the background's or (manual)
+// Ask's: one each per channel name, kept across reloads so that a reload
+// never resets the rate.
+func (r *Reconciler) limiter(ch string, manual bool) *rate.Limiter {
+	key, every := ch, r.cfg.Rate
+	if manual {
+		key, every = "manual "+ch, r.cfg.ManualRate
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l, ok := r.limiters[ch]
+	l, ok := r.limiters[key]
 	if !ok {
-		l = rate.NewLimiter(rate.Limit(r.cfg.Rate), 1)
-		r.limiters[ch] = l
+		l = rate.NewLimiter(rate.Limit(every), 1)
+		r.limiters[key] = l
 	}
 	return l
 }
@@ -205,7 +218,7 @@ func (r *Reconciler) Ask(ctx context.Context, orderNo string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	rep, err := r.ask(ctx, o)
+	rep, err := r.ask(ctx, o, true)
 	if rep.Status == "" {
 		rep.Status = string(state) // nothing decided: as it was
 	}
@@ -233,9 +246,10 @@ func (r *Reconciler) targets(o durable.DueOrder) []string {
 // decides, then a pending order (ask again), then the rest.
 var rank = map[query.State]int{query.Paid: 4, query.Pending: 3, query.NotFound: 2, query.Closed: 1}
 
-// ask asks every channel the order may be paid through, decides paid
-// answers, and schedules the next query.
-func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder) (Report, error) {
+// ask asks every channel the order may be paid through (within the
+// background's rate, or manual's), decides paid answers, and schedules
+// the next query.
+func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder, manual bool) (Report, error) {
 	chans := r.targets(o)
 	if len(chans) == 0 {
 		// Nothing can ask it now (its channel has no query API, or no
@@ -248,7 +262,7 @@ func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder) (Report, error
 	var errs []error
 	answered := false
 	for _, ch := range chans {
-		rep, err := r.askOne(ctx, ch, o.OrderNo)
+		rep, err := r.askOne(ctx, ch, o.OrderNo, manual)
 		if err != nil {
 			errs = append(errs, err)
 			if !answered {
@@ -308,14 +322,14 @@ func (r *Reconciler) step(step int) time.Duration {
 	return r.cfg.Backoff[min(step, len(r.cfg.Backoff)-1)]
 }
 
-// askOne asks channel ch about orderNo, within its rate, and decides a
-// paid answer.
-func (r *Reconciler) askOne(ctx context.Context, ch, orderNo string) (Report, error) {
+// askOne asks channel ch about orderNo, within its rate (the background's,
+// or manual's), and decides a paid answer.
+func (r *Reconciler) askOne(ctx context.Context, ch, orderNo string, manual bool) (Report, error) {
 	q, ok := (*r.queriers.Load())[ch]
 	if !ok {
 		return Report{}, fmt.Errorf("channel %s: %w", ch, ErrNoQuerier)
 	}
-	if err := r.limiter(ch).Wait(ctx); err != nil {
+	if err := r.limiter(ch, manual).Wait(ctx); err != nil {
 		return Report{}, fmt.Errorf("channel %s: %w", ch, err)
 	}
 	ans, err := q.Query(ctx, orderNo)
@@ -432,7 +446,7 @@ func (r *Reconciler) askAll(ctx context.Context, due []durable.DueOrder) {
 	for range min(r.cfg.Workers, len(due)) {
 		wg.Go(func() {
 			for o := range work {
-				if _, err := r.ask(ctx, o); err != nil && errors.Is(err, ErrNoQuerier) {
+				if _, err := r.ask(ctx, o, false); err != nil && errors.Is(err, ErrNoQuerier) {
 					r.cfg.Logger.Debug("reconcile: no channel to ask", "order_no", o.OrderNo, "channel", o.Channel)
 				}
 			}

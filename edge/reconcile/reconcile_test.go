@@ -409,3 +409,31 @@ func TestRetryNeverOverflows(t *testing.T) {
 		t.Errorf("after 41 failures: next in %.0fs (errors %d), want the 12h step", in, errs)
 	}
 }
+
+// Asked by hand (POST /orders/{no}/reconcile), queries come from a budget
+// of their own: a burst of them leaves the background's budget whole, so
+// the leader's queries are never delayed by them.
+func TestManualAsksHaveTheirOwnBudget(t *testing.T) {
+	r := newRig(t)
+	wx := newAnswers()
+	rc, err := reconcile.New(reconcile.Config{Store: r.store, Decider: &decisions{}, Authority: noAuthority{},
+		Window: durable.ReconcileWindow{After: time.Minute, Horizon: time.Hour}, Rate: 1, ManualRate: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.SetQueriers(map[string]reconcile.Querier{"wx": wx})
+	for i := range 5 {
+		no := fmt.Sprintf("M-%d", i)
+		r.order(t, no, "wx")
+		wx.set(no, query.Pending)
+		if _, err := rc.Ask(context.Background(), no); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reconcile.Tokens(rc, "wx", false); got < 1 {
+		t.Errorf("the background's budget after 5 manual asks: %.2f queries, want its whole burst (1)", got)
+	}
+	if wx.times("M-4") != 1 {
+		t.Errorf("M-4 asked %d times", wx.times("M-4"))
+	}
+}
