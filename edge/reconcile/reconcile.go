@@ -206,6 +206,11 @@ type Report struct {
 // credentials.
 var ErrNoQuerier = errors.New("reconcile: no channel to ask has query credentials")
 
+// errSchedule marks a query whose next time could not be written: the
+// order stays due, and the leader waits before it reads the due orders
+// again (see lead).
+var errSchedule = errors.New("reconcile: the next query's time could not be written")
+
 // ErrNotAsked: every channel asked failed (could not be asked, or its
 // answer failed verification); nothing was applied.
 var ErrNotAsked = errors.New("reconcile: the channel could not be asked")
@@ -256,6 +261,9 @@ func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder, manual bool) (
 		// credentials yet): looked at again on the back-off, as a pending
 		// order, so that a reload that adds the credentials covers it.
 		err := r.cfg.Store.ScheduleReconcile(ctx, o.OrderNo, r.cfg.Window, durable.Reconciled{Answered: true, Next: r.step(o.Step)})
+		if err != nil {
+			err = fmt.Errorf("%w: %w", errSchedule, err)
+		}
 		return Report{}, errors.Join(fmt.Errorf("order %s: %w", o.OrderNo, ErrNoQuerier), err)
 	}
 	var best Report
@@ -291,6 +299,7 @@ func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder, manual bool) (
 	}
 	if ctx.Err() == nil {
 		if err := r.cfg.Store.ScheduleReconcile(ctx, o.OrderNo, r.cfg.Window, next); err != nil {
+			err = fmt.Errorf("%w: %w", errSchedule, err)
 			errs = append(errs, err)
 			if answered {
 				return best, err
@@ -418,9 +427,13 @@ func (r *Reconciler) Run(ctx context.Context) {
 }
 
 // lead asks about due orders, a batch at a time, until ctx ends or a
-// read fails.
+// read fails. When the next queries' times could not be written, the
+// orders are still due: it waits Poll, doubling while that goes on (at
+// most a minute), before it reads them again, rather than asking the
+// channels about the same orders at the full rate.
 func (r *Reconciler) lead(ctx context.Context) error {
 	r.cfg.OnState("leader")
+	wait := r.cfg.Poll
 	for ctx.Err() == nil {
 		if !r.Asks() {
 			return nil
@@ -433,20 +446,32 @@ func (r *Reconciler) lead(ctx context.Context) error {
 			sleep(ctx, r.cfg.Poll)
 			continue
 		}
-		r.askAll(ctx, due)
+		if n := r.askAll(ctx, due); n > 0 {
+			r.cfg.Logger.Warn("reconcile: the next queries' times could not be written; waiting before asking again",
+				"orders", n, "wait", wait.String())
+			sleep(ctx, wait)
+			wait = min(2*wait, time.Minute)
+			continue
+		}
+		wait = r.cfg.Poll
 	}
 	return nil
 }
 
 // askAll asks about every order of due with Workers at once; errors were
 // counted and logged by ask.
-func (r *Reconciler) askAll(ctx context.Context, due []durable.DueOrder) {
+func (r *Reconciler) askAll(ctx context.Context, due []durable.DueOrder) (unscheduled int) {
 	work := make(chan durable.DueOrder)
 	var wg sync.WaitGroup
+	var failed atomic.Int64
 	for range min(r.cfg.Workers, len(due)) {
 		wg.Go(func() {
 			for o := range work {
-				if _, err := r.ask(ctx, o, false); err != nil && errors.Is(err, ErrNoQuerier) {
+				_, err := r.ask(ctx, o, false)
+				if errors.Is(err, errSchedule) {
+					failed.Add(1)
+				}
+				if err != nil && errors.Is(err, ErrNoQuerier) {
 					r.cfg.Logger.Debug("reconcile: no channel to ask", "order_no", o.OrderNo, "channel", o.Channel)
 				}
 			}
@@ -463,6 +488,7 @@ func (r *Reconciler) askAll(ctx context.Context, due []durable.DueOrder) {
 	}
 	close(work)
 	wg.Wait()
+	return int(failed.Load())
 }
 
 func sleep(ctx context.Context, d time.Duration) {

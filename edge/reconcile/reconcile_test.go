@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -435,5 +436,47 @@ func TestManualAsksHaveTheirOwnBudget(t *testing.T) {
 	}
 	if wx.times("M-4") != 1 {
 		t.Errorf("M-4 asked %d times", wx.times("M-4"))
+	}
+}
+
+// failingSchedule is the store with every schedule write failing.
+type failingSchedule struct{ *durable.Store }
+
+func (failingSchedule) ScheduleReconcile(context.Context, string, durable.ReconcileWindow, durable.Reconciled) error {
+	return errors.New("disk full")
+}
+
+// When the next query's time cannot be written, the order stays due: the
+// leader waits Poll, doubling, before it reads the due orders again,
+// instead of asking the channel about them at its full rate. However slow
+// the machine, asks come no sooner than that: the count is bounded by the
+// time that passed.
+func TestScheduleFailureBacksOff(t *testing.T) {
+	r := newRig(t)
+	wx := newAnswers()
+	const poll = 50 * time.Millisecond
+	rc, err := reconcile.New(reconcile.Config{Store: failingSchedule{r.store}, Decider: &decisions{}, Authority: noAuthority{},
+		Window: durable.ReconcileWindow{After: time.Millisecond, Horizon: time.Hour}, Rate: 1000, Poll: poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.SetQueriers(map[string]reconcile.Querier{"wx": wx})
+	r.order(t, "S-1", "wx")
+	wx.set("S-1", query.Pending)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { defer close(done); rc.Run(ctx) }()
+	claimcachetest.WaitFor(t, "four queries, each after a failed schedule write", func() (bool, string) {
+		return wx.times("S-1") >= 4, fmt.Sprint(wx.times("S-1"))
+	})
+	cancel()
+	<-done
+	elapsed := time.Since(start)
+	// Asked at 0, then after P, 2P, 4P, ...: by elapsed e, at most
+	// 1 + log2(e/P + 1) times.
+	most := 1 + int(math.Log2(float64(elapsed)/float64(poll)+1))
+	if got := wx.times("S-1"); got > most {
+		t.Errorf("asked %d times in %v with every schedule write failing, want at most %d (a back-off from %v)", got, elapsed, most, poll)
 	}
 }
