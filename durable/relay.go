@@ -36,7 +36,8 @@ type RelayConfig struct {
 	OnState func(state string)
 	// OnUnconfirmed hears each publish the broker holds but has not
 	// confirmed (outbox.ErrUnconfirmed: e.g. too few replicas): the rows
-	// stay unpublished and are checked again every Poll.
+	// stay unpublished and are checked again every Poll, and the rows
+	// behind them wait.
 	OnUnconfirmed func(error)
 	// OnError hears every failure the relay recovers from by retrying.
 	OnError func(error)
@@ -119,14 +120,14 @@ func (s *Store) lead(ctx context.Context, cfg RelayConfig, state func(string)) e
 		return fmt.Errorf("relay: listen: %w", err)
 	}
 	// While the broker holds rows it has not confirmed, they stay
-	// unpublished; after is then where the next read starts, past them, so
-	// that later rows still reach the broker, and each pass from the first
-	// unpublished row (after 0) checks the held ones again.
-	var after int64
+	// unpublished and are read again, first in id order, every Poll: the
+	// broker checks them again, and the rows behind them wait (a read
+	// past them would append a row that commits late below them after a
+	// later event of its order).
 	degraded := false
 	for {
 		started := time.Now()
-		n, last, err := s.relayBatch(ctx, conn, cfg, after)
+		n, err := s.relayBatch(ctx, conn, cfg)
 		switch {
 		case errors.Is(err, outbox.ErrUnconfirmed):
 			if !degraded {
@@ -136,11 +137,6 @@ func (s *Store) lead(ctx context.Context, cfg RelayConfig, state func(string)) e
 			if cfg.OnUnconfirmed != nil {
 				cfg.OnUnconfirmed(err)
 			}
-			if n == cfg.Batch {
-				after = last
-				continue
-			}
-			after = 0
 			sleep(ctx, cfg.Poll)
 			if ctx.Err() != nil {
 				return nil
@@ -149,23 +145,12 @@ func (s *Store) lead(ctx context.Context, cfg RelayConfig, state func(string)) e
 		case err != nil:
 			return err
 		}
-		if degraded && after == 0 {
+		if degraded {
 			degraded = false
 			state("running")
 		}
 		if n == cfg.Batch {
-			if after > 0 {
-				after = last
-			}
 			continue // more waiting
-		}
-		if after > 0 {
-			// Past the held rows, all caught up: back to them.
-			after = 0
-			if degraded {
-				sleep(ctx, cfg.Poll)
-			}
-			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, cfg.Poll)
 		_, err = conn.WaitForNotification(wctx)
@@ -186,19 +171,19 @@ func (s *Store) lead(ctx context.Context, cfg RelayConfig, state func(string)) e
 
 const (
 	sqlUnpublished = `SELECT id, coalesce(event_id::text, ''), topic, order_no, payload::text, created_at FROM outbox
-WHERE published_at IS NULL AND id > $2 ORDER BY id LIMIT $1`
+WHERE published_at IS NULL ORDER BY id LIMIT $1`
 	sqlMarkPublished = `UPDATE outbox SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL`
 )
 
-// relayBatch publishes and marks one batch of the unpublished rows past
-// after; it returns the batch's size and last id (with an error wrapping
-// outbox.ErrUnconfirmed too: the broker holds them, unmarked).
-func (s *Store) relayBatch(ctx context.Context, conn *pgx.Conn, cfg RelayConfig, after int64) (int, int64, error) {
+// relayBatch publishes and marks one batch; it returns the batch's size.
+// An error wrapping outbox.ErrUnconfirmed: the broker holds the batch, and
+// it stays unmarked.
+func (s *Store) relayBatch(ctx context.Context, conn *pgx.Conn, cfg RelayConfig) (int, error) {
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rows, err := conn.Query(qctx, sqlUnpublished, cfg.Batch, after)
+	rows, err := conn.Query(qctx, sqlUnpublished, cfg.Batch)
 	if err != nil {
-		return 0, 0, fmt.Errorf("relay: read outbox: %w", err)
+		return 0, fmt.Errorf("relay: read outbox: %w", err)
 	}
 	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxMessage, error) {
 		var m OutboxMessage
@@ -208,23 +193,22 @@ func (s *Store) relayBatch(ctx context.Context, conn *pgx.Conn, cfg RelayConfig,
 		return m, err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("relay: read outbox: %w", err)
+		return 0, fmt.Errorf("relay: read outbox: %w", err)
 	}
 	if len(msgs) == 0 {
-		return 0, 0, nil
+		return 0, nil
 	}
-	last := msgs[len(msgs)-1].ID
 	if err := cfg.Publisher.Publish(qctx, msgs); err != nil {
-		return len(msgs), last, fmt.Errorf("relay: publish %d rows from id %d: %w", len(msgs), msgs[0].ID, err)
+		return 0, fmt.Errorf("relay: publish %d rows from id %d: %w", len(msgs), msgs[0].ID, err)
 	}
 	ids := make([]int64, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.ID
 	}
 	if _, err := conn.Exec(qctx, sqlMarkPublished, ids); err != nil {
-		return 0, 0, fmt.Errorf("relay: mark published: %w", err)
+		return 0, fmt.Errorf("relay: mark published: %w", err)
 	}
-	return len(msgs), last, nil
+	return len(msgs), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -188,6 +188,11 @@ func TestRedrive(t *testing.T) {
 	if by == nil || *by != "ops-alice" {
 		t.Errorf("resolved_by %v, want ops-alice", by)
 	}
+	var via string
+	b.db.QueryRow(t.Context(), `SELECT payload->>'via' FROM outbox WHERE order_no = 'RD-1' AND topic = 'ORDER_PAID'`).Scan(&via)
+	if via != durable.ViaRedrive {
+		t.Errorf("the re-driven payment's event says via %q, want %q", via, durable.ViaRedrive)
+	}
 	if code, _ := redrive(id, `{"by":"ops-alice"}`); code != 409 {
 		t.Errorf("re-drive of a resolved row: %d, want 409", code)
 	}

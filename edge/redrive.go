@@ -20,7 +20,16 @@ var ErrNoChannel = errors.New("edge: channel not configured")
 // by an operator who fixed the cause. The cache is left alone: a re-driven
 // result reaches it with the next duplicate, through Postgres.
 func (s *Server) Redrive(ctx context.Context, channelName string, body []byte) (channel.Verdict, Outcome, error) {
-	return s.DecideStored(ctx, s.auth(), channelName, body, false)
+	return s.DecideStored(ctx, redriveAuthority{s.auth()}, channelName, body, false)
+}
+
+// redriveAuthority decides through its Authority, naming the path a
+// re-drive in the outbox payload ("via").
+type redriveAuthority struct{ Authority }
+
+func (r redriveAuthority) Process(ctx context.Context, n durable.Notification) (durable.Result, error) {
+	n.Via = durable.ViaRedrive
+	return r.Authority.Process(ctx, n)
 }
 
 // DecideStored decides a delivery that did not come as a request (a review
@@ -48,9 +57,7 @@ func (s *Server) DecideStored(ctx context.Context, a Authority, channelName stri
 		}
 		return failVerdict(o, "", rej.Message), o, nil
 	}
-	n := s.notification(x)
-	n.Via = durable.ViaRedrive
-	res, err := a.Process(ctx, n)
+	res, err := a.Process(ctx, s.notification(x))
 	if err != nil {
 		return channel.Verdict{}, OutcomeUnavailable, fmt.Errorf("decide %s: %w", x.d.Key, err)
 	}

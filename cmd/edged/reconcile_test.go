@@ -359,6 +359,12 @@ func TestReconcileTwoNodes(t *testing.T) {
 			fmt.Sprintf("%d of %d PAID; %v", n, paid, c)
 	})
 
+	// A payment applied from a channel's answer says so in its event.
+	var via string
+	if err := r.db.QueryRow(context.Background(), `SELECT payload->>'via' FROM outbox WHERE order_no = 'WX-P-00' AND topic = 'ORDER_PAID'`).Scan(&via); err != nil || via != "query" {
+		t.Errorf("the event of a payment applied by query says via %q (%v), want query", via, err)
+	}
+
 	// Asked by hand, an order not paid yet: the answer names its state too.
 	if code, body := adminDo(t, rcOrders, "POST", "http://"+leader.AdminAddr()+"/orders/WX-NOTPAY/reconcile", ""); code != 200 ||
 		!strings.Contains(body, `"state":"pending"`) || !strings.Contains(body, `"status":"PENDING_PAY"`) {

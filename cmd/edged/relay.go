@@ -42,7 +42,7 @@ func (m *Main) startRelay(ctx context.Context, metrics *edge.Metrics) error {
 			m.Logger.Warn("stream replicas: could not count the stream's replicas", "error", err.Error())
 		} else if have < want {
 			m.Logger.Warn(fmt.Sprintf("stream replicas: -stream-replicas (EDGE_STREAM_REPLICAS) asks for %d, the stream's Redis has %d online: "+
-				"events are appended once and stay unpublished (relay degraded) until enough replicas hold them; set it to %d or attach replicas", want, have, have),
+				"an event is appended once and stays unpublished (relay degraded), the events behind it waiting, until enough replicas hold it; set it to %d or attach replicas", want, have, have),
 				"stream_replicas", want, "connected_replicas", have)
 		}
 	}

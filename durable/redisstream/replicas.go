@@ -27,26 +27,27 @@ type held struct {
 	entries map[int64]heldEntry
 }
 
+// heldEntry is one appended entry: its row's outbox id, its stream id and
+// the master's replication offset right after it.
 type heldEntry struct {
+	outboxID int64
 	streamID string
 	offset   int64
 }
 
-// split returns the messages of msgs that are not held, and of the held
-// ones the one appended last (streamID "" when none is held).
-func (h *held) split(msgs []outbox.Message) (fresh []outbox.Message, last heldEntry) {
+// split returns the messages of msgs that are not held, and the entries of
+// those that are.
+func (h *held) split(msgs []outbox.Message) (fresh []outbox.Message, old []heldEntry) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, m := range msgs {
-		e, ok := h.entries[m.ID]
-		switch {
-		case !ok:
+		if e, ok := h.entries[m.ID]; ok {
+			old = append(old, e)
+		} else {
 			fresh = append(fresh, m)
-		case e.offset > last.offset:
-			last = e
 		}
 	}
-	return fresh, last
+	return fresh, old
 }
 
 // keep records msgs as appended, with their stream ids, before offset.
@@ -57,34 +58,49 @@ func (h *held) keep(msgs []outbox.Message, ids []*redis.StringCmd, offset int64)
 		h.entries = map[int64]heldEntry{}
 	}
 	for i, m := range msgs {
-		h.entries[m.ID] = heldEntry{streamID: ids[i].Val(), offset: offset}
+		h.entries[m.ID] = heldEntry{outboxID: m.ID, streamID: ids[i].Val(), offset: offset}
 	}
 }
 
-// drop forgets msgs: replicas hold them, or the stream lost them.
-func (h *held) drop(msgs []outbox.Message) {
+// drop forgets the entries of these outbox ids: replicas hold them, or the
+// stream lost them.
+func (h *held) drop(ids ...int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, m := range msgs {
-		delete(h.entries, m.ID)
+	for _, id := range ids {
+		delete(h.entries, id)
 	}
+}
+
+// lowest is the smallest stream id held ("" when none): the trim keeps it
+// and every entry after it, so that an entry consumers acknowledged is
+// still there to be checked (a trimmed one would look lost and go again).
+func (h *held) lowest() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	low := ""
+	for _, e := range h.entries {
+		if low == "" || lessID(e.streamID, low) {
+			low = e.streamID
+		}
+	}
+	return low
 }
 
 // publishReplicated appends the messages not held yet and returns nil once
 // Replicas replicas hold all of msgs. The XADDs, a WAIT for them, a look
-// for the last held entry and an INFO replication go in one pipeline on
-// one connection to the stream's master (WAIT counts the replicas that
-// hold this connection's writes). The replication stream is one log in
-// order, so a replica whose acknowledged offset reached the last held
-// entry's holds every earlier one, and a master that still has that entry
-// (after a restart or a failover) has every earlier one too; a master that
-// lost it gets the rows appended again at the next call.
+// at each held entry and an INFO replication go in one pipeline on one
+// connection to the stream's master (WAIT counts the replicas that hold
+// this connection's writes). The replication stream is one log in order:
+// a replica whose acknowledged offset reached a held entry's holds it. A
+// held entry the master no longer has (it restarted, or failed over,
+// without it) is forgotten, and its row appended again at the next call.
 func (p *Publisher) publishReplicated(ctx context.Context, msgs []outbox.Message) error {
 	conn, err := p.master(ctx)
 	if err != nil {
 		return fmt.Errorf("xadd: %w", err)
 	}
-	fresh, last := p.held.split(msgs)
+	fresh, old := p.held.split(msgs)
 	timeout := cmp.Or(p.ReplicaTimeout, time.Second)
 	pipe := conn.Pipeline()
 	cmds := p.xadd(ctx, pipe, fresh)
@@ -92,9 +108,9 @@ func (p *Publisher) publishReplicated(ctx context.Context, msgs []outbox.Message
 	if len(fresh) > 0 {
 		wait = pipe.Do(ctx, "WAIT", p.Replicas, timeout.Milliseconds())
 	}
-	var probe *redis.XMessageSliceCmd
-	if last.streamID != "" {
-		probe = pipe.XRange(ctx, p.stream, last.streamID, last.streamID)
+	probes := make([]*redis.XMessageSliceCmd, len(old))
+	for i, e := range old {
+		probes[i] = pipe.XRange(ctx, p.stream, e.streamID, e.streamID)
 	}
 	info := pipe.Info(ctx, "replication")
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -108,16 +124,25 @@ func (p *Publisher) publishReplicated(ctx context.Context, msgs []outbox.Message
 		return err
 	}
 	p.held.keep(fresh, cmds, rep.offset)
-	if probe != nil && len(probe.Val()) == 0 {
-		p.held.drop(msgs)
-		return fmt.Errorf("%w: outbox ids %d..%d are no longer in the stream (its Redis restarted or failed over without them): they go again",
-			ErrReplicas, msgs[0].ID, msgs[len(msgs)-1].ID)
+	// The offset a replica must have acknowledged: the held entries', or
+	// this INFO's for entries just appended; never more than the master's
+	// own (a master whose offsets started again after a restart holds the
+	// entries now, and a replica level with it has them).
+	var need int64
+	var lost []int64
+	for i, e := range old {
+		got := probes[i].Val()
+		if len(got) != 1 || fmt.Sprint(got[0].Values[FieldOutboxID]) != strconv.FormatInt(e.outboxID, 10) {
+			lost = append(lost, e.outboxID)
+			continue
+		}
+		need = max(need, e.offset)
 	}
-	// The offset a replica must have acknowledged: the last held entry's,
-	// or this INFO's for entries just appended; never more than the
-	// master's own (a master whose offsets started again after a restart
-	// holds the entries now, and a replica level with it has them).
-	need := last.offset
+	if len(lost) > 0 {
+		p.held.drop(lost...)
+		return fmt.Errorf("%w: the entries of outbox ids %v are no longer in the stream (its Redis restarted or failed over without them): they go again",
+			ErrReplicas, lost)
+	}
 	if len(fresh) > 0 {
 		need = rep.offset
 	}
@@ -129,11 +154,15 @@ func (p *Publisher) publishReplicated(ctx context.Context, msgs []outbox.Message
 		}
 	}
 	if have >= p.Replicas {
-		p.held.drop(msgs)
+		ids := make([]int64, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+		}
+		p.held.drop(ids...)
 		return nil
 	}
 	return fmt.Errorf("%w: %d of %d asked hold outbox ids %d..%d (%d appended now, %d before; they stay unpublished and are checked again, not appended again)",
-		ErrReplicas, have, p.Replicas, msgs[0].ID, msgs[len(msgs)-1].ID, len(fresh), len(msgs)-len(fresh))
+		ErrReplicas, have, p.Replicas, msgs[0].ID, msgs[len(msgs)-1].ID, len(fresh), len(old))
 }
 
 // replication is what INFO replication says of a master and its replicas.
@@ -204,4 +233,18 @@ func (p *Publisher) ConnectedReplicas(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return len(rep.replicas), nil
+}
+
+// lessID orders stream ids "ms-seq" as Redis does.
+func lessID(a, b string) bool {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	return am < bm || am == bm && as < bs
+}
+
+func splitID(id string) (ms, seq uint64) {
+	m, s, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	seq, _ = strconv.ParseUint(s, 10, 64)
+	return ms, seq
 }

@@ -157,7 +157,8 @@ func (p *Publisher) master(ctx context.Context) (redis.Cmdable, error) {
 // script, so no group moves between the reads: read one by one, a group
 // that acknowledged its last pending entry between XINFO GROUPS and its
 // XPENDING answered with no lowest id, and a group created meanwhile was
-// missed, and entries a group had not read were trimmed. It returns the
+// missed, and entries a group had not read were trimmed. ARGV[1], when not
+// "", is a ceiling: nothing from that id on is trimmed. It returns the
 // entries trimmed.
 var trimScript = redis.NewScript(`
 local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
@@ -181,15 +182,23 @@ for _, g in ipairs(groups) do
     floor, floorMs, floorSeq = keep, ms, seq
   end
 end
+if ARGV[1] ~= '' then
+  local ms, seq = string.match(ARGV[1], '^(%d+)-(%d+)$')
+  ms, seq = tonumber(ms), tonumber(seq)
+  if ms < floorMs or (ms == floorMs and seq < floorSeq) then
+    floor, floorMs, floorSeq = ARGV[1], ms, seq
+  end
+end
 if floorMs == 0 and floorSeq == 0 then return 0 end
 return redis.call('XTRIM', KEYS[1], 'MINID', floor)
 `)
 
 // Trim drops the entries every consumer group has read and acknowledged,
-// whatever the groups do meanwhile (see trimScript). Without groups
+// whatever the groups do meanwhile (see trimScript), short of the first
+// entry the Publisher holds for replicas to confirm. Without groups
 // nothing is acknowledged: no trim.
 func (p *Publisher) Trim(ctx context.Context) error {
-	if err := trimScript.Run(ctx, p.client, []string{p.stream}).Err(); err != nil {
+	if err := trimScript.Run(ctx, p.client, []string{p.stream}, p.held.lowest()).Err(); err != nil {
 		return fmt.Errorf("trim %s: %w", p.stream, err)
 	}
 	return nil

@@ -13,7 +13,7 @@ RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object(
         'amount', p_amount, 'currency', p_currency,
-        'channel', coalesce(nullif(split_part(p_paid_by, ':', 1), ''), p_channel),
+        'channel', CASE WHEN strpos(p_paid_by, ':') > 1 THEN split_part(p_paid_by, ':', 1) ELSE p_channel END,
         'paid_by', p_paid_by,
         'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'via', coalesce(nullif(current_setting('notifyedge.via', true), ''),

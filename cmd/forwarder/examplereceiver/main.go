@@ -13,7 +13,10 @@
 //   - it drops duplicates by webhook-id durably: the id is the primary key
 //     of an inbox table, inserted in the same transaction as the event's
 //     effect, so a re-sent event (the forwarder retries until it gets a
-//     2xx) takes effect once, across restarts;
+//     2xx) takes effect once, across restarts (an event published before
+//     event ids existed has its outbox id for webhook-id, unique within one
+//     notifyedge database only: give each database a receiver URL, or an
+//     inbox, of its own if old events may still come);
 //
 //   - it answers as soon as that transaction commits: slow work belongs
 //     to a worker that reads the inbox, not to the request, or the
@@ -62,7 +65,8 @@ func run(log *slog.Logger) error {
 	if addr == "" {
 		addr = ":8080"
 	}
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	log.Info("receiver listening", "addr", addr)
 	return srv.ListenAndServe()
 }
@@ -117,14 +121,19 @@ func NewHandler(ctx context.Context, db *pgxpool.Pool, secrets []string, log *sl
 
 // ServeHTTP verifies, records and answers: 204 once the event is taken (or
 // was taken before), 401 for a request no secret verifies, 400 for a body
-// that is not an event, 503 when the database did not commit (the
-// forwarder sends it again).
+// that is not an event, 413 for one over 1 MiB (an event is a few hundred
+// bytes), 503 when the database did not commit (the forwarder sends it
+// again).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		http.Error(w, "body over 1 MiB", http.StatusRequestEntityTooLarge)
+		return
+	}
 	if err != nil {
 		http.Error(w, "cannot read the body", http.StatusBadRequest)
 		return

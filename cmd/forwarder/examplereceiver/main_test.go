@@ -160,6 +160,14 @@ func TestReceiverAgainstTheForwarder(t *testing.T) {
 			t.Errorf("%s: %d, want 401", name, rec.Code)
 		}
 	}
+	huge := []byte(`{"type":"ORDER_PAID","timestamp":"2026-12-06T00:00:00Z","data":{"order_no":"X-1","pad":"` + strings.Repeat("x", 2<<20) + `"}}`)
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(string(huge)))
+	r.Header = signedHeader(wh, "msg_4", time.Now(), huge)
+	h.ServeHTTP(rec, r)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a body of 2 MiB: %d, want 413", rec.Code)
+	}
 	if n := count(t, inbox, `SELECT count(*) FROM webhook_inbox WHERE order_no = 'X-1'`); n != 0 {
 		t.Errorf("a refused request stored %d rows", n)
 	}
