@@ -79,6 +79,11 @@ const (
 	// ReviewRefundFailed: the channel reports a refund that failed: the
 	// buyer did not get the money.
 	ReviewRefundFailed ReviewReason = "REFUND_FAILED"
+	// ReviewRefundedAtChannel: asked about an order still waiting for its
+	// payment, the channel says the trade was paid and then refunded: the
+	// order stays as it is (no goods against money the buyer got back),
+	// and a person settles it with the order system.
+	ReviewRefundedAtChannel ReviewReason = "REFUNDED_AT_CHANNEL"
 )
 
 // ReviewReasons lists every review reason.
@@ -86,6 +91,7 @@ var ReviewReasons = []ReviewReason{
 	ReviewPayloadConflict, ReviewAmountMismatch, ReviewMerchantMismatch,
 	ReviewUnknownOrder, ReviewPaidAfterClose, ReviewDuplicatePayment,
 	ReviewRefundExceeds, ReviewRefundOtherTrade, ReviewRefundFailed,
+	ReviewRefundedAtChannel,
 }
 
 // Topic is outbox.topic: what downstream consumers learn happened.

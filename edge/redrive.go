@@ -23,6 +23,29 @@ func (s *Server) Redrive(ctx context.Context, channelName string, body []byte) (
 	return s.DecideStored(ctx, redriveAuthority{s.auth()}, channelName, body, false)
 }
 
+// ReviewStored opens a review row of reason for a stored delivery (a
+// channel's verified answer to a query), keyed and digested through the
+// channel's adapter exactly as the trade's callback would be, and decides
+// nothing: one open row per key, digest and reason, however often it is
+// asked. A delivery the adapter refuses opens nothing and is an error.
+func (s *Server) ReviewStored(ctx context.Context, a Authority, channelName string, body []byte, reason durable.ReviewReason) error {
+	ch, ok := (*s.channels.Load())[channelName]
+	if !ok {
+		return fmt.Errorf("review stored delivery: %w: %s", ErrNoChannel, channelName)
+	}
+	x := getExchange()
+	defer putExchange(x)
+	x.channel = ch
+	x.req.Body = body
+	if rej := ch.Redrive(body, &x.d); rej != nil {
+		return fmt.Errorf("review stored delivery: the channel's adapter refused it: %s", rej.Message)
+	}
+	if err := a.RecordReview(ctx, s.notification(x), reason); err != nil {
+		return fmt.Errorf("review %s: %w", x.d.Key, err)
+	}
+	return nil
+}
+
 // redriveAuthority decides through its Authority, naming the path a
 // re-drive in the outbox payload ("via").
 type redriveAuthority struct{ Authority }

@@ -285,7 +285,8 @@ func TestReconcileTwoNodes(t *testing.T) {
 			order{no: fmt.Sprintf("ALI-P-%02d", i), ch: "ali", state: "TRADE_SUCCESS", txn: fmt.Sprintf("20261204220014000000%02d", i), paid: true})
 	}
 	orders = append(orders,
-		order{no: "WX-REFUND", ch: "wx", state: "REFUND", txn: "4200000000202612049991", paid: true},
+		// Paid, then refunded at the channel: never applied, a review.
+		order{no: "WX-REFUND", ch: "wx", state: "REFUND", txn: "4200000000202612049991"},
 		order{no: "WX-NOTPAY", ch: "wx", state: "NOTPAY"},
 		order{no: "WX-CLOSED", ch: "wx", state: "CLOSED"},
 		order{no: "WX-AMOUNT", ch: "wx", state: "SUCCESS", txn: "4200000000202612049992", amount: 1000},
@@ -355,7 +356,7 @@ func TestReconcileTwoNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := reconcileCounts(t, a.AdminAddr(), b.AdminAddr())
-		return n == paid && c["wx/closed"] == 1 && c["ali/closed"] == 1 && c["wx/skipped"] == 1,
+		return n == paid && c["wx/closed"] == 1 && c["ali/closed"] == 1 && c["wx/skipped"] == 1 && c["wx/refunded"] == 1,
 			fmt.Sprintf("%d of %d PAID; %v", n, paid, c)
 	})
 
@@ -374,7 +375,7 @@ func TestReconcileTwoNodes(t *testing.T) {
 	// The late callbacks, on node B: replays, never a second effect.
 	lateWx, lateAli := 0, 0
 	for _, o := range orders {
-		if !o.paid || o.no == "WX-REFUND" {
+		if !o.paid {
 			continue
 		}
 		var code int
@@ -434,16 +435,16 @@ func TestReconcileTwoNodes(t *testing.T) {
 	if err := r.db.QueryRow(ctx, `SELECT coalesce(array_agg(order_no || ' ' || reason ORDER BY order_no), '{}') FROM notify_review`).Scan(&reasons); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(reasons, []string{"WX-AMOUNT AMOUNT_MISMATCH"}) {
-		t.Errorf("review rows %v, want the amount mismatch only", reasons)
+	if !slices.Equal(reasons, []string{"WX-AMOUNT AMOUNT_MISMATCH", "WX-REFUND REFUNDED_AT_CHANNEL"}) {
+		t.Errorf("review rows %v, want the amount mismatch and the trade refunded at the channel", reasons)
 	}
 	if err := durabletest.Invariants(ctx, r.db, "", nil); err != nil {
 		t.Error(err)
 	}
 
 	c := reconcileCounts(t, a.AdminAddr(), b.AdminAddr())
-	if c["wx/applied"] != 21 || c["ali/applied"] != 22 {
-		t.Errorf("applied wx %d, ali %d; want 21 and 22: %v", c["wx/applied"], c["ali/applied"], c)
+	if c["wx/applied"] != 20 || c["ali/applied"] != 22 {
+		t.Errorf("applied wx %d, ali %d; want 20 and 22: %v", c["wx/applied"], c["ali/applied"], c)
 	}
 	for _, l := range []string{"wx/pending", "ali/pending", "wx/not_found", "ali/not_found"} {
 		if c[l] < 1 {

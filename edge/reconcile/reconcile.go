@@ -42,6 +42,9 @@ type Store interface {
 // adapter and an authority. *edge.Server satisfies it.
 type Decider interface {
 	DecideStored(ctx context.Context, a edge.Authority, channelName string, body []byte, review bool) (channel.Verdict, edge.Outcome, error)
+	// ReviewStored opens a review row for the stored delivery, deciding
+	// nothing.
+	ReviewStored(ctx context.Context, a edge.Authority, channelName string, body []byte, reason durable.ReviewReason) error
 }
 
 // Querier asks one channel about one order. The channels' SDK clients of
@@ -56,12 +59,13 @@ const (
 	ResultSkipped  = "skipped"   // paid, and the decision applied nothing (the callback had, or a review opened)
 	ResultPending  = "pending"   // not paid yet
 	ResultClosed   = "closed"    // closed at the channel: not asked again
+	ResultRefunded = "refunded"  // paid and refunded at the channel: never applied, a review opened, not asked again
 	ResultNotFound = "not_found" // the channel does not know the order
 	ResultError    = "error"     // not asked, or the answer failed verification
 )
 
 // Results lists every result, for the metric's series.
-var Results = []string{ResultApplied, ResultSkipped, ResultPending, ResultClosed, ResultNotFound, ResultError}
+var Results = []string{ResultApplied, ResultSkipped, ResultPending, ResultClosed, ResultRefunded, ResultNotFound, ResultError}
 
 // DefaultBackoff is the wait after each answered query: about 10m, 30m,
 // 1h, 3h, 6h, then every 12h, until the horizon.
@@ -248,8 +252,9 @@ func (r *Reconciler) targets(o durable.DueOrder) []string {
 }
 
 // rank orders the answers when several channels were asked: a payment
-// decides, then a pending order (ask again), then the rest.
-var rank = map[query.State]int{query.Paid: 4, query.Pending: 3, query.NotFound: 2, query.Closed: 1}
+// decides, then a refunded one (a review), then a pending order (ask
+// again), then the rest.
+var rank = map[query.State]int{query.Paid: 5, query.Refunded: 4, query.Pending: 3, query.NotFound: 2, query.Closed: 1}
 
 // ask asks every channel the order may be paid through (within the
 // background's rate, or manual's), decides paid answers, and schedules
@@ -285,8 +290,8 @@ func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder, manual bool) (
 	}
 	var next durable.Reconciled
 	switch {
-	case answered && best.State == query.Paid:
-		next.Answered, next.Never = true, true // decided: nothing more to learn
+	case answered && (best.State == query.Paid || best.State == query.Refunded):
+		next.Answered, next.Never = true, true // decided, or a person's now: nothing more to learn
 	case len(errs) > 0:
 		// A channel could not be asked (or its payment not decided): asked
 		// again soon, whatever the others said, for it may be the one the
@@ -356,6 +361,19 @@ func (r *Reconciler) askOne(ctx context.Context, ch, orderNo string, manual bool
 		rep.Result = ResultClosed
 	case query.NotFound:
 		rep.Result = ResultNotFound
+	case query.Refunded:
+		// Never applied as a payment: goods would ship against money the
+		// buyer got back. A review row opens once; a person settles it.
+		dctx, cancel := context.WithTimeout(ctx, r.cfg.DecideTimeout)
+		err := r.cfg.Decider.ReviewStored(dctx, r.cfg.Authority, ch, ans.Body, durable.ReviewRefundedAtChannel)
+		cancel()
+		if err != nil {
+			r.cfg.OnResult(ch, ResultError)
+			r.cfg.Logger.Warn("reconcile: paid and refunded at the channel, the review could not be opened: asked again", "channel", ch, "order_no", orderNo, "error", err.Error())
+			return Report{}, fmt.Errorf("channel %s: review: %w", ch, err)
+		}
+		rep.Result = ResultRefunded
+		r.cfg.Logger.Warn("reconcile: paid and refunded at the channel: not applied, held for review", "channel", ch, "order_no", orderNo)
 	case query.Paid:
 		dctx, cancel := context.WithTimeout(ctx, r.cfg.DecideTimeout)
 		v, o, err := r.cfg.Decider.DecideStored(dctx, r.cfg.Authority, ch, ans.Body, true)

@@ -91,6 +91,16 @@ func (d *decisions) DecideStored(_ context.Context, _ edge.Authority, ch string,
 	return channel.Verdict{Success: true, Status: "PAID"}, edge.OutcomeApplied, nil
 }
 
+func (d *decisions) ReviewStored(_ context.Context, _ edge.Authority, ch string, body []byte, reason durable.ReviewReason) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.got == nil {
+		d.got = map[string]int{}
+	}
+	d.got[string(reason)+" "+ch+" "+string(body)]++
+	return nil
+}
+
 func (d *decisions) count(key string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -237,6 +247,20 @@ func TestAskSchedules(t *testing.T) {
 	// Asked again by hand: the decision replays.
 	if rep, err := ask("ANY"); err != nil || rep.Outcome != "replayed" || rep.Result != reconcile.ResultSkipped {
 		t.Fatalf("asked again: %+v %v", rep, err)
+	}
+
+	// Paid, then refunded at the channel: never decided as a payment, a
+	// review instead, not asked again.
+	r.order(t, "REFUNDED", "wx")
+	wx.set("REFUNDED", query.Refunded)
+	if rep, err := ask("REFUNDED"); err != nil || rep.Result != reconcile.ResultRefunded || rep.Status != string(durable.PendingPay) {
+		t.Fatalf("refunded at the channel: %+v %v", rep, err)
+	}
+	if d.count("wx REFUNDED") != 0 || d.count("REFUNDED_AT_CHANNEL wx REFUNDED") != 1 {
+		t.Errorf("refunded at the channel: decided %d times, reviewed %d, want 0 and 1", d.count("wx REFUNDED"), d.count("REFUNDED_AT_CHANNEL wx REFUNDED"))
+	}
+	if in, _, _ := r.next(t, "REFUNDED"); in != -1 {
+		t.Errorf("refunded at the channel: asked again in %.0fs", in)
 	}
 
 	// Paid, and the decision refused the answer without a review (a

@@ -36,9 +36,12 @@ type State string
 
 // The states a verified answer maps to.
 const (
-	// Paid: WeChat trade_state SUCCESS, or REFUND (paid, then refunded);
-	// Alipay TRADE_SUCCESS or TRADE_FINISHED.
+	// Paid: WeChat trade_state SUCCESS; Alipay TRADE_SUCCESS or
+	// TRADE_FINISHED.
 	Paid State = "paid"
+	// Refunded: paid, then refunded at the channel: WeChat REFUND. Never
+	// applied as a payment.
+	Refunded State = "refunded"
 	// Pending: not paid yet. WeChat NOTPAY, USERPAYING, PAYERROR; Alipay
 	// WAIT_BUYER_PAY.
 	Pending State = "pending"
@@ -56,7 +59,7 @@ type Answer struct {
 	// ChannelState is the channel's own word: trade_state or
 	// trade_status, or the error code for NotFound.
 	ChannelState string
-	// Body, for Paid only: a stored delivery that the channel's adapter
+	// Body, for Paid and Refunded: a stored delivery that the channel's adapter
 	// (channel.Channel.Redrive of package edge/channel) maps exactly as it
 	// maps the payment callback of the same trade: same key, same digest,
 	// same merchant checks.

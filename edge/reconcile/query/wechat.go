@@ -152,6 +152,8 @@ func (w *WeChat) Query(ctx context.Context, orderNo string) (Answer, error) {
 	}
 	switch state {
 	case "SUCCESS", "REFUND":
+		// A refunded trade is keyed as its payment would be, for the
+		// review it opens.
 		if deref(txn.TransactionId) == "" || txn.Amount == nil || txn.Amount.Total == nil {
 			return Answer{}, fmt.Errorf("wechat pay query %s: a paid answer without transaction_id or amount.total", orderNo)
 		}
@@ -164,6 +166,9 @@ func (w *WeChat) Query(ctx context.Context, orderNo string) (Answer, error) {
 		})
 		if err != nil {
 			return Answer{}, fmt.Errorf("wechat pay query %s: the stored delivery: %w", orderNo, err)
+		}
+		if state == "REFUND" {
+			return Answer{State: Refunded, ChannelState: state, Body: body}, nil
 		}
 		return Answer{State: Paid, ChannelState: state, Body: body}, nil
 	case "NOTPAY", "USERPAYING", "PAYERROR":

@@ -54,11 +54,12 @@ func newWeChat(t *testing.T, tls bool, mod func(*query.WeChatConfig)) wxEnv {
 }
 
 // Every trade_state maps to its state; an unknown order (a signed 404
-// ORDER_NOT_EXIST) is NotFound. Only a paid answer carries a body.
+// ORDER_NOT_EXIST) is NotFound. Only a paid (or paid and refunded) answer
+// carries a body.
 func TestWeChatStates(t *testing.T) {
 	e := newWeChat(t, false, nil)
 	cases := []stateCase{
-		{"SUCCESS", query.Paid}, {"REFUND", query.Paid},
+		{"SUCCESS", query.Paid}, {"REFUND", query.Refunded},
 		{"NOTPAY", query.Pending}, {"USERPAYING", query.Pending}, {"PAYERROR", query.Pending},
 		{"CLOSED", query.Closed}, {"REVOKED", query.Closed},
 	}
@@ -69,7 +70,7 @@ func TestWeChatStates(t *testing.T) {
 		if a.State != c.want || a.ChannelState != c.channelState {
 			t.Errorf("%s: %s %s, want %s", c.channelState, a.State, a.ChannelState, c.want)
 		}
-		if (a.Body != nil) != (c.want == query.Paid) {
+		if (a.Body != nil) != (c.want == query.Paid || c.want == query.Refunded) {
 			t.Errorf("%s: body %q", c.channelState, a.Body)
 		}
 	}
@@ -89,8 +90,8 @@ func TestWeChatStates(t *testing.T) {
 
 // A paid answer's body, re-driven through the callback adapter, has the
 // key and digest of the trade's TRANSACTION.SUCCESS callback (REFUND:
-// paid, then refunded, too); paid with another amount, it maps to that
-// amount, so the decision sees the mismatch.
+// paid, then refunded, too, for its review row); paid with another
+// amount, it maps to that amount, so the decision sees the mismatch.
 func TestWeChatPaidBodyMapsAsTheCallback(t *testing.T) {
 	e := newWeChat(t, false, nil)
 	k := keys()
@@ -108,8 +109,8 @@ func TestWeChatPaidBodyMapsAsTheCallback(t *testing.T) {
 	for _, state := range []string{"SUCCESS", "REFUND"} {
 		e.fake.SetTrade(orderNo, querytest.Trade{State: state, TxnID: txnID, Amount: 1999})
 		a := mustAnswer(t, e.q, orderNo)
-		if a.State != query.Paid {
-			t.Fatalf("%s: %+v", state, a)
+		if want := map[string]query.State{"SUCCESS": query.Paid, "REFUND": query.Refunded}[state]; a.State != want {
+			t.Fatalf("%s: %s, want %s", state, a.State, want)
 		}
 		var env struct {
 			ID        string         `json:"id"`

@@ -7,7 +7,7 @@
 const tokenKey = 'notifyedge.token';
 const roleKey = 'notifyedge.role';
 const reasons = ['PAYLOAD_CONFLICT', 'AMOUNT_MISMATCH', 'MERCHANT_MISMATCH', 'UNKNOWN_ORDER', 'PAID_AFTER_CLOSE',
-  'DUPLICATE_PAYMENT', 'REFUND_EXCEEDS', 'REFUND_OTHER_TRADE', 'REFUND_FAILED'];
+  'DUPLICATE_PAYMENT', 'REFUND_EXCEEDS', 'REFUND_OTHER_TRADE', 'REFUND_FAILED', 'REFUNDED_AT_CHANNEL'];
 
 // el builds an element: attrs are set as attributes or listeners, children
 // are nodes or strings (text nodes); nothing is ever parsed as markup.
