@@ -220,6 +220,9 @@ type adminReconciler struct{ r *reconcile.Reconciler }
 
 func (a adminReconciler) Reconcile(ctx context.Context, orderNo string) (admin.ReconcileAnswer, error) {
 	rep, err := a.r.Ask(ctx, orderNo)
+	if errors.Is(err, reconcile.ErrNoQuerier) && !errors.Is(err, reconcile.ErrNotAsked) {
+		return admin.ReconcileAnswer{}, fmt.Errorf("%w: %w", admin.ErrNoQuerier, err)
+	}
 	if errors.Is(err, reconcile.ErrNotAsked) || errors.Is(err, reconcile.ErrNoQuerier) {
 		return admin.ReconcileAnswer{}, fmt.Errorf("%w: %w", admin.ErrNotAsked, err)
 	}

@@ -587,3 +587,73 @@ func TestPutOrderOfAnUnconfiguredChannel(t *testing.T) {
 		t.Errorf("PUT with channel wx: %d %s, want 201", code, body)
 	}
 }
+
+// A close of an order still PENDING_PAY asks its channel first: paid there
+// (callbacks lost), the payment is applied and the close refused; paid and
+// refunded, refused and held for review; not paid, the close goes on; the
+// channel unreachable, 503 with Retry-After and nothing changed, unless the
+// body says "unchecked":true. The background never asks here
+// (-reconcile=false).
+func TestCloseAsksTheChannelFirst(t *testing.T) {
+	r := newReconcileRig(t)
+	a, _ := r.node(t, "-reconcile", "false")
+	base := "http://" + a.AdminAddr() + "/orders/"
+	trades := map[string]querytest.Trade{
+		"CL-PAID":   {State: "SUCCESS", TxnID: "4200000000202612060001", Amount: rcAmount, Currency: "CNY"},
+		"CL-REFUND": {State: "REFUND", TxnID: "4200000000202612060002", Amount: rcAmount, Currency: "CNY"},
+		"CL-NOTPAY": {State: "NOTPAY", Amount: rcAmount, Currency: "CNY"},
+	}
+	for no, tr := range trades {
+		r.wxFake.SetTrade(no, tr)
+		putOrder(t, a.AdminAddr(), no, "wx")
+	}
+	putOrder(t, a.AdminAddr(), "CL-DOWN", "ali")
+	closeOrder := func(no, body string) (int, string, string) {
+		t.Helper()
+		req, err := http.NewRequest("POST", base+no+"/events", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+rcOrders)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header.Get("Retry-After")
+	}
+	status := func(no string) string {
+		var s string
+		if err := r.db.QueryRow(context.Background(), `SELECT status FROM biz_order WHERE order_no = $1`, no).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if code, body, _ := closeOrder("CL-PAID", `{"event":"CLOSE","request_id":"c1"}`); code != 409 ||
+		!strings.Contains(body, `"outcome":"refused"`) || !strings.Contains(body, `"status":"PAID"`) || status("CL-PAID") != "PAID" {
+		t.Errorf("close of an order paid at the channel: %d %s, order %s; want 409 refused, PAID", code, body, status("CL-PAID"))
+	}
+	if code, body, _ := closeOrder("CL-REFUND", `{"event":"CLOSE","request_id":"c2"}`); code != 409 ||
+		!strings.Contains(body, "REFUNDED_AT_CHANNEL") || status("CL-REFUND") != "PENDING_PAY" {
+		t.Errorf("close of an order paid and refunded at the channel: %d %s, order %s; want 409 refused, still pending", code, body, status("CL-REFUND"))
+	}
+	if code, body, _ := closeOrder("CL-NOTPAY", `{"event":"CLOSE","request_id":"c3"}`); code != 200 || status("CL-NOTPAY") != "CLOSED" {
+		t.Errorf("close of an order not paid at the channel: %d %s, order %s; want 200, CLOSED", code, body, status("CL-NOTPAY"))
+	}
+	r.aliFake.SetDown(true)
+	if code, body, retry := closeOrder("CL-DOWN", `{"event":"CLOSE","request_id":"c4"}`); code != 503 || retry == "" ||
+		!strings.Contains(body, `"outcome":"unavailable"`) || !strings.Contains(body, "unchecked") || status("CL-DOWN") != "PENDING_PAY" {
+		t.Errorf("close while the channel is down: %d %s (Retry-After %q), order %s; want 503, nothing changed", code, body, retry, status("CL-DOWN"))
+	}
+	if code, body, _ := closeOrder("CL-DOWN", `{"event":"CLOSE","request_id":"c4","unchecked":true}`); code != 200 || status("CL-DOWN") != "CLOSED" {
+		t.Errorf("unchecked close while the channel is down: %d %s, order %s; want 200, CLOSED", code, body, status("CL-DOWN"))
+	}
+	// Registered without a channel: every channel is asked; unknown to
+	// both, the close goes on.
+	r.aliFake.SetDown(false)
+	putOrder(t, a.AdminAddr(), "CL-ANY", "")
+	if code, body, _ := closeOrder("CL-ANY", `{"event":"CLOSE","request_id":"c5"}`); code != 200 || status("CL-ANY") != "CLOSED" {
+		t.Errorf("close of an order no channel knows: %d %s; want 200", code, body)
+	}
+}

@@ -255,6 +255,8 @@ func (a *Server) orderEvent(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 	var req struct {
 		Event     string `json:"event"`
 		RequestID string `json:"request_id"`
+		// Unchecked closes without asking the channel first.
+		Unchecked bool `json:"unchecked"`
 	}
 	if err := decodeStrict(ctx.PostBody(), &req); err != nil {
 		jsonError(ctx, http.StatusBadRequest, err.Error())
@@ -272,14 +274,26 @@ func (a *Server) orderEvent(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 		jsonError(ctx, http.StatusBadRequest, "request_id: must be 1 to 64 printable ASCII characters")
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-	defer cancel()
-	res, err := d.Orders.OrderEvent(rctx, orderNo, e, req.RequestID)
 	type answer struct {
 		Outcome string `json:"outcome"`
 		Status  string `json:"status"`
 		Message string `json:"message,omitempty"`
 	}
+	if e == durable.Close && d.Reconcile != nil && !req.Unchecked {
+		if status, refusal := a.askBeforeClose(d, orderNo); refusal != "" {
+			switch status {
+			case "":
+				ctx.Response.Header.Set("Retry-After", "5")
+				writeJSON(ctx, http.StatusServiceUnavailable, answer{Outcome: "unavailable", Message: refusal})
+			default:
+				writeJSON(ctx, http.StatusConflict, answer{"refused", status, refusal})
+			}
+			return
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	res, err := d.Orders.OrderEvent(rctx, orderNo, e, req.RequestID)
 	switch {
 	case errors.Is(err, durable.ErrUnknownOrder):
 		jsonError(ctx, http.StatusNotFound, "no such order")
@@ -296,6 +310,38 @@ func (a *Server) orderEvent(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 		}
 		writeJSON(ctx, http.StatusOK, answer{Outcome: res.Outcome.String(), Status: string(res.Status)})
 	}
+}
+
+// askBeforeClose asks the channel about an order still PENDING_PAY before
+// the order system closes it (WeChat Pay's own guidance: query before you
+// close), so that a payment whose callbacks were lost is not closed over.
+// It returns "" when the close may go on: the channel says not paid, closed
+// or unknown, no channel with query credentials can answer, or the order
+// is no longer pending (the close is decided as ever). Otherwise the
+// refusal, with the order's status ("" when the channel could not be
+// asked: nothing changed, try again).
+func (a *Server) askBeforeClose(d *Deps, orderNo string) (status, refusal string) {
+	hctx, hcancel := context.WithTimeout(context.Background(), adminTimeout)
+	h, err := d.Orders.OrderHistory(hctx, orderNo, 1)
+	hcancel()
+	if err != nil || h.Status != durable.PendingPay {
+		return "", "" // unknown orders and the others: the close answers
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), reconcileTimeout)
+	defer cancel()
+	ans, err := d.Reconcile.Reconcile(rctx, orderNo)
+	switch {
+	case errors.Is(err, ErrNoQuerier):
+		return "", ""
+	case err != nil:
+		a.log.Warn("close: the channel could not be asked first", "order_no", orderNo, "error", err.Error())
+		return "", "the channel could not be asked whether the order was paid, and nothing changed; retry, or send \"unchecked\":true to close it without asking"
+	case ans.State == "paid":
+		return ans.Status, "the channel says the order was paid: the payment was decided as its callback would be (outcome " + ans.Outcome + "), and the order is not closed"
+	case ans.State == "refunded":
+		return ans.Status, "the channel says the order was paid and then refunded: held for review (REFUNDED_AT_CHANNEL), and the order is not closed"
+	}
+	return "", ""
 }
 
 // redrivable are the review reasons whose cause an operator can fix after
@@ -394,6 +440,11 @@ type Reconciler interface {
 // verification; nothing was applied (502).
 var ErrNotAsked = errors.New("admin: the channel could not be asked")
 
+// ErrNoQuerier: no channel the order may be paid through has query
+// credentials; nothing was asked (502 for POST /orders/{no}/reconcile; a
+// close goes on without asking).
+var ErrNoQuerier = errors.New("admin: no channel to ask has query credentials")
+
 // ReconcileAnswer is POST /orders/{order_no}/reconcile's answer: which
 // channel answered, its answer (paid, pending, closed, not_found), the
 // decision's outcome for a paid answer (the state otherwise) and the
@@ -421,7 +472,7 @@ func (a *Server) reconcile(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 	switch {
 	case errors.Is(err, durable.ErrUnknownOrder):
 		jsonError(ctx, http.StatusNotFound, "no such order")
-	case errors.Is(err, ErrNotAsked):
+	case errors.Is(err, ErrNotAsked), errors.Is(err, ErrNoQuerier):
 		a.log.Warn("reconcile: not asked", "order_no", orderNo, "error", err.Error())
 		jsonError(ctx, http.StatusBadGateway, err.Error())
 	case err != nil:
