@@ -643,7 +643,7 @@ func TestCloseAsksTheChannelFirst(t *testing.T) {
 	}
 	r.aliFake.SetDown(true)
 	if code, body, retry := closeOrder("CL-DOWN", `{"event":"CLOSE","request_id":"c4"}`); code != 503 || retry == "" ||
-		!strings.Contains(body, `"outcome":"unavailable"`) || !strings.Contains(body, "unchecked") || status("CL-DOWN") != "PENDING_PAY" {
+		!strings.HasPrefix(body, `{"outcome":"unavailable","message":`) || !strings.Contains(body, "unchecked") || strings.Contains(body, `"status"`) || status("CL-DOWN") != "PENDING_PAY" {
 		t.Errorf("close while the channel is down: %d %s (Retry-After %q), order %s; want 503, nothing changed", code, body, retry, status("CL-DOWN"))
 	}
 	if code, body, _ := closeOrder("CL-DOWN", `{"event":"CLOSE","request_id":"c4","unchecked":true}`); code != 200 || status("CL-DOWN") != "CLOSED" {

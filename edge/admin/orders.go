@@ -284,7 +284,10 @@ func (a *Server) orderEvent(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 			switch status {
 			case "":
 				ctx.Response.Header.Set("Retry-After", "5")
-				writeJSON(ctx, http.StatusServiceUnavailable, answer{Outcome: "unavailable", Message: refusal})
+				writeJSON(ctx, http.StatusServiceUnavailable, struct {
+					Outcome string `json:"outcome"`
+					Message string `json:"message"`
+				}{"unavailable", refusal})
 			default:
 				writeJSON(ctx, http.StatusConflict, answer{"refused", status, refusal})
 			}
