@@ -4,9 +4,10 @@
 // claim what dead consumers left pending).
 //
 // The stream must live on a Redis that persists (appendonly yes): outbox
-// rows leave Postgres's care once XADD is acknowledged. The stream is
-// trimmed only below the oldest id that every consumer group has
-// acknowledged.
+// rows leave Postgres's care once XADD is acknowledged (and, with
+// Publisher.Replicas, once that many replicas hold the entries). The
+// stream is trimmed only below the oldest id that every consumer group has
+// both read and acknowledged.
 package redisstream
 
 import (
