@@ -29,21 +29,34 @@ func (s *Server) Redrive(ctx context.Context, channelName string, body []byte) (
 // nothing: one open row per key, digest and reason, however often it is
 // asked. A delivery the adapter refuses opens nothing and is an error.
 func (s *Server) ReviewStored(ctx context.Context, a Authority, channelName string, body []byte, reason durable.ReviewReason) error {
-	ch, ok := (*s.channels.Load())[channelName]
-	if !ok {
-		return fmt.Errorf("review stored delivery: %w: %s", ErrNoChannel, channelName)
+	x, rej, err := s.mapStored(channelName, body)
+	if err != nil {
+		return fmt.Errorf("review stored delivery: %w", err)
 	}
-	x := getExchange()
 	defer putExchange(x)
-	x.channel = ch
-	x.req.Body = body
-	if rej := ch.Redrive(body, &x.d); rej != nil {
+	if rej != nil {
 		return fmt.Errorf("review stored delivery: the channel's adapter refused it: %s", rej.Message)
 	}
 	if err := a.RecordReview(ctx, s.notification(x), reason); err != nil {
 		return fmt.Errorf("review %s: %w", x.d.Key, err)
 	}
 	return nil
+}
+
+// mapStored maps a stored delivery through channelName's adapter
+// (Channel.Redrive: mapping, key, digest, merchant checks, no
+// authentication) into an exchange the caller returns with putExchange;
+// rej is the adapter's refusal. An unknown channel is an error (and no
+// exchange).
+func (s *Server) mapStored(channelName string, body []byte) (x *exchange, rej *channel.Reject, err error) {
+	ch, ok := (*s.channels.Load())[channelName]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %s", ErrNoChannel, channelName)
+	}
+	x = getExchange()
+	x.channel = ch
+	x.req.Body = body
+	return x, ch.Redrive(body, &x.d), nil
 }
 
 // redriveAuthority decides through its Authority, naming the path a
@@ -63,15 +76,12 @@ func (r redriveAuthority) Process(ctx context.Context, n durable.Notification) (
 // a review row's own body is not recorded twice. The cache is left alone:
 // the result reaches it with the next duplicate, through Postgres.
 func (s *Server) DecideStored(ctx context.Context, a Authority, channelName string, body []byte, review bool) (channel.Verdict, Outcome, error) {
-	ch, ok := (*s.channels.Load())[channelName]
-	if !ok {
-		return channel.Verdict{}, OutcomeUnknownChannel, fmt.Errorf("decide stored delivery: %w: %s", ErrNoChannel, channelName)
+	x, rej, err := s.mapStored(channelName, body)
+	if err != nil {
+		return channel.Verdict{}, OutcomeUnknownChannel, fmt.Errorf("decide stored delivery: %w", err)
 	}
-	x := getExchange()
 	defer putExchange(x)
-	x.channel = ch
-	x.req.Body = body
-	if rej := ch.Redrive(body, &x.d); rej != nil {
+	if rej != nil {
 		o := rejectOutcome(rej.Kind)
 		if o == OutcomeMerchantMismatch && review {
 			if err := a.RecordReview(ctx, s.notification(x), durable.ReviewMerchantMismatch); err != nil {

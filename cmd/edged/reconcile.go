@@ -223,7 +223,7 @@ func (a adminReconciler) Reconcile(ctx context.Context, orderNo string) (admin.R
 	if errors.Is(err, reconcile.ErrNoQuerier) && !errors.Is(err, reconcile.ErrNotAsked) {
 		return admin.ReconcileAnswer{}, fmt.Errorf("%w: %w", admin.ErrNoQuerier, err)
 	}
-	if errors.Is(err, reconcile.ErrNotAsked) || errors.Is(err, reconcile.ErrNoQuerier) {
+	if errors.Is(err, reconcile.ErrNotAsked) {
 		return admin.ReconcileAnswer{}, fmt.Errorf("%w: %w", admin.ErrNotAsked, err)
 	}
 	if err != nil {
