@@ -150,13 +150,16 @@ ORDERS ?= 1000
 demo: deps
 	$(GO) run ./cmd/edgebench demo -orders $(ORDERS)
 
-## fuzz: fuzz every parser (channel adapters, admin routes) for FUZZTIME each (default 60s)
+## fuzz: fuzz every parser (channel adapters, admin routes, bills) for FUZZTIME each (default 60s)
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzNotify$$' -fuzztime $(FUZZTIME) ./edge/channel/
 	$(GO) test -run '^$$' -fuzz '^FuzzWeChat$$' -fuzztime $(FUZZTIME) ./edge/channel/
 	$(GO) test -run '^$$' -fuzz '^FuzzAlipay$$' -fuzztime $(FUZZTIME) ./edge/channel/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminRoute$$' -fuzztime $(FUZZTIME) ./edge/admin/
+	$(GO) test -run '^$$' -fuzz '^FuzzWeChatBill$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x ./edge/reconcile/bill/
+	$(GO) test -run '^$$' -fuzz '^FuzzAlipayBill$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x ./edge/reconcile/bill/
+	$(GO) test -run '^$$' -fuzz '^FuzzAlipayZip$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x ./edge/reconcile/bill/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminBody$$' -fuzztime $(FUZZTIME) ./edge/admin/
 
 ## lint: gofmt, go vet, the import-direction check and no test code in any binary
