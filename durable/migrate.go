@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
@@ -50,8 +51,14 @@ func runMigrations(ctx context.Context, cc *pgx.ConnConfig) error {
 	// done, while ours keeps the functions' installation inside the same
 	// lock. Nodes of older builds, whose migrators take tern's lock only,
 	// wait on it too.
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
-		return fmt.Errorf("migrate: lock: %w", err)
+	//
+	// The wait polls pg_try_advisory_lock rather than blocking in
+	// pg_advisory_lock: a migration that builds an index CONCURRENTLY
+	// waits for every statement in progress, and a node blocked in
+	// pg_advisory_lock is one, waiting in turn for the migration's lock: a
+	// deadlock Postgres would break by failing that node's start.
+	if err := lockMigrations(ctx, conn); err != nil {
+		return err
 	}
 	m, err := migrate.NewMigrator(ctx, conn, versionTable)
 	if err != nil {
@@ -71,4 +78,27 @@ func runMigrations(ctx context.Context, cc *pgx.ConnConfig) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
+}
+
+// lockMigrations takes the migration lock, trying every so often (50 ms,
+// doubling to a second) until ctx ends.
+func lockMigrations(ctx context.Context, conn *pgx.Conn) error {
+	wait := 50 * time.Millisecond
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, migrationLock).Scan(&got); err != nil {
+			return fmt.Errorf("migrate: lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("migrate: waiting for another node's migration: %w", ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
 }

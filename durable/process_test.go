@@ -647,7 +647,7 @@ func TestReviewCases(t *testing.T) {
 		durable.ReviewPayloadConflict: 1, durable.ReviewAmountMismatch: 1, durable.ReviewUnknownOrder: 0,
 		durable.ReviewMerchantMismatch: 0, durable.ReviewPaidAfterClose: 0, durable.ReviewDuplicatePayment: 0,
 		durable.ReviewRefundExceeds: 0, durable.ReviewRefundOtherTrade: 0, durable.ReviewRefundFailed: 0,
-		durable.ReviewRefundedAtChannel: 0,
+		durable.ReviewRefundedAtChannel: 0, durable.ReviewNotInBill: 0, durable.ReviewBillMismatch: 0,
 	}
 	if d := cmp.Diff(want, counts); d != "" {
 		t.Errorf("OpenReviews (-want +got):\n%s", d)

@@ -84,6 +84,13 @@ const (
 	// order stays as it is (no goods against money the buyer got back),
 	// and a person settles it with the order system.
 	ReviewRefundedAtChannel ReviewReason = "REFUNDED_AT_CHANNEL"
+	// ReviewNotInBill: a payment or refund recorded here is in none of
+	// the channel's statements of its day, the day before and the day
+	// after.
+	ReviewNotInBill ReviewReason = "NOT_IN_BILL"
+	// ReviewBillMismatch: the channel's statement and the ledger hold the
+	// same payment or refund with different amounts.
+	ReviewBillMismatch ReviewReason = "BILL_MISMATCH"
 )
 
 // ReviewReasons lists every review reason.
@@ -91,7 +98,7 @@ var ReviewReasons = []ReviewReason{
 	ReviewPayloadConflict, ReviewAmountMismatch, ReviewMerchantMismatch,
 	ReviewUnknownOrder, ReviewPaidAfterClose, ReviewDuplicatePayment,
 	ReviewRefundExceeds, ReviewRefundOtherTrade, ReviewRefundFailed,
-	ReviewRefundedAtChannel,
+	ReviewRefundedAtChannel, ReviewNotInBill, ReviewBillMismatch,
 }
 
 // Topic is outbox.topic: what downstream consumers learn happened.

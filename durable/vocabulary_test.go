@@ -163,8 +163,8 @@ func checkVocabulary(t testing.TB, defs map[string]string) {
 		t.Errorf("batch outcome %q is never returned by notifyedge_process_batch", busyOutcome)
 	}
 	for _, r := range ReviewReasons {
-		if r == ReviewMerchantMismatch || r == ReviewRefundedAtChannel {
-			continue // the edge and reconciliation record them (RecordReview), not Process
+		if r == ReviewMerchantMismatch || r == ReviewRefundedAtChannel || r == ReviewNotInBill || r == ReviewBillMismatch {
+			continue // the edge, reconciliation and the bills record them (RecordReview, BillReview), not Process
 		}
 		if !seen[string(r)] && !fromMachine[string(r)] {
 			t.Errorf("review reason %q is opened by neither the SQL nor the machine", r)

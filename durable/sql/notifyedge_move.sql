@@ -9,7 +9,8 @@
 -- again on the first's total.
 --
 -- p_trade, when not NULL, becomes paid_by (a payment, or a refund or close
--- that adopts it). p_new_refunded > p_refunded makes the move a refund of
+-- that adopts it); a payment also records when (paid_at: the ledger's day
+-- for the daily bill). p_new_refunded > p_refunded makes the move a refund of
 -- the payer: its trade_refund row is inserted (a plain INSERT: a duplicate
 -- would abort the transaction rather than refund twice), and the outbox
 -- payload carries the refund. Every payload carries the order's facts as
@@ -25,7 +26,8 @@ DECLARE
     v_facts    jsonb;
 BEGIN
     UPDATE biz_order
-       SET status = p_to, paid_by = v_trade, refunded_amount = p_new_refunded, updated_at = now()
+       SET status = p_to, paid_by = v_trade, refunded_amount = p_new_refunded, updated_at = now(),
+           paid_at = CASE WHEN p_from = 'PENDING_PAY' AND p_to = 'PAID' THEN now() ELSE paid_at END
      WHERE order_no = p_order_no
        AND status = p_from
        AND paid_by IS NOT DISTINCT FROM p_paid_by

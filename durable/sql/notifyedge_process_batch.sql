@@ -209,7 +209,8 @@ BEGIN
         -- left them; the count of rows inserted is the count moved.
         WITH moved AS (
             UPDATE biz_order o
-               SET status = v_to[m.i], paid_by = v_newpay[m.i], updated_at = now()
+               SET status = v_to[m.i], paid_by = v_newpay[m.i], updated_at = now(),
+                   paid_at = CASE WHEN v_from[m.i] = 'PENDING_PAY' AND v_to[m.i] = 'PAID' THEN now() ELSE o.paid_at END
               FROM unnest(v_moves) AS m(i)
              WHERE o.order_no = p_orders[m.i] AND o.status = v_from[m.i]
                AND o.paid_by IS NOT DISTINCT FROM v_payer[m.i]

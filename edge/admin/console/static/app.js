@@ -7,7 +7,8 @@
 const tokenKey = 'notifyedge.token';
 const roleKey = 'notifyedge.role';
 const reasons = ['PAYLOAD_CONFLICT', 'AMOUNT_MISMATCH', 'MERCHANT_MISMATCH', 'UNKNOWN_ORDER', 'PAID_AFTER_CLOSE',
-  'DUPLICATE_PAYMENT', 'REFUND_EXCEEDS', 'REFUND_OTHER_TRADE', 'REFUND_FAILED', 'REFUNDED_AT_CHANNEL'];
+  'DUPLICATE_PAYMENT', 'REFUND_EXCEEDS', 'REFUND_OTHER_TRADE', 'REFUND_FAILED', 'REFUNDED_AT_CHANNEL',
+  'NOT_IN_BILL', 'BILL_MISMATCH'];
 
 // el builds an element: attrs are set as attributes or listeners, children
 // are nodes or strings (text nodes); nothing is ever parsed as markup.
