@@ -86,7 +86,7 @@ func (a *AlipayReader) next() (Row, error) {
 			if errors.Is(err, io.EOF) {
 				return Row{}, a.end()
 			}
-			return Row{}, formatErr(a.line, "%v", err)
+			return Row{}, readErr(a.line, err)
 		}
 		first := strings.TrimSpace(strings.TrimPrefix(rec[0], "\ufeff"))
 		if strings.HasPrefix(first, "#") {

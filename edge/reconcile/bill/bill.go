@@ -12,6 +12,7 @@
 package bill
 
 import (
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"strings"
@@ -115,6 +116,17 @@ const maxField = 1024
 // formatErr wraps ErrFormat with the line and what is wrong.
 func formatErr(line int, format string, args ...any) error {
 	return fmt.Errorf("%w: line %d: %s", ErrFormat, line, fmt.Sprintf(format, args...))
+}
+
+// readErr reports a failed read: a CSV that does not parse is ErrFormat;
+// anything else (the connection, a check of the file as a whole) is passed
+// on as it is.
+func readErr(line int, err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return formatErr(line, "%v", err)
+	}
+	return fmt.Errorf("line %d: %w", line, err)
 }
 
 // normalizeHeader makes a header cell comparable: no BOM, no backtick, no

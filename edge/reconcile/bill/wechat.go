@@ -80,7 +80,7 @@ func (w *WeChatReader) next() (Row, error) {
 				}
 				return Row{}, io.EOF
 			}
-			return Row{}, formatErr(w.line, "%v", err)
+			return Row{}, readErr(w.line, err)
 		}
 		if len(rec) == 1 && cleanField(rec[0]) == "" {
 			continue // a blank line

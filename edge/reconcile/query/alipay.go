@@ -37,8 +37,9 @@ type AlipayConfig struct {
 	// BaseURL is the full gateway URL (default
 	// "https://openapi.alipay.com/gateway.do").
 	BaseURL string
-	// Timeout bounds one query (default DefaultTimeout).
-	Timeout time.Duration
+	// Timeout bounds one query (default DefaultTimeout); BillTimeout
+	// fetching one statement (default DefaultBillTimeout).
+	Timeout, BillTimeout time.Duration
 	// Now is the clock for key expiry (default time.Now).
 	Now func() time.Time
 	// Transport carries the requests (default a clone of
@@ -61,6 +62,9 @@ type Alipay struct {
 	client *alipay.Client
 	// keys are PublicKeys as base64 DER, the form VerifySyncSign takes.
 	keys []string
+	// download fetches a statement's zip from the URL Alipay hands out
+	// (another host than the gateway; not rewritten).
+	download *http.Client
 }
 
 var _ Querier = (*Alipay)(nil)
@@ -103,6 +107,9 @@ func NewAlipay(cfg AlipayConfig) (*Alipay, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.BillTimeout <= 0 {
+		cfg.BillTimeout = DefaultBillTimeout
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -121,7 +128,8 @@ func NewAlipay(cfg AlipayConfig) (*Alipay, error) {
 	hc.HttpClient = newHTTPClient(to, cfg.Transport, cfg.Timeout)
 	hc.SetBodySize(maxAnswer >> 20)
 	client.SetHttpClient(hc)
-	return &Alipay{cfg: cfg, client: client, keys: keys}, nil
+	download := newClient(orDefault(cfg.Transport), 0)
+	return &Alipay{cfg: cfg, client: client, keys: keys, download: download}, nil
 }
 
 // Query asks Alipay about orderNo (alipay.trade.query by out_trade_no).

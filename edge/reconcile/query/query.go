@@ -220,6 +220,9 @@ func parseBase(raw string, withPath bool) (endpoint, error) {
 type rewriter struct {
 	to   endpoint
 	next http.RoundTripper
+	// stream hands the answer's body on as it arrives (a statement's
+	// file); otherwise it is read whole, at most maxAnswer bytes.
+	stream bool
 }
 
 // RoundTrip implements http.RoundTripper on a copy of req (a RoundTripper
@@ -234,8 +237,8 @@ func (t *rewriter) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.URL.RawQuery = joinQuery(t.to.query, r.URL.RawQuery)
 	}
 	resp, err := t.next.RoundTrip(r)
-	if err != nil {
-		return nil, err
+	if err != nil || t.stream {
+		return resp, err
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	resp.Body.Close()
@@ -274,11 +277,25 @@ type capture struct{ body []byte }
 // usual), no redirects (an answer comes from the endpoint or is an error),
 // and the query's timeout as a backstop to the context's.
 func newHTTPClient(to endpoint, next http.RoundTripper, timeout time.Duration) *http.Client {
+	return newClient(&rewriter{to: to, next: orDefault(next)}, timeout)
+}
+
+// newStreamClient is newHTTPClient for a statement's file: its body is
+// streamed, and the caller's context bounds it.
+func newStreamClient(to endpoint, next http.RoundTripper) *http.Client {
+	return newClient(&rewriter{to: to, next: orDefault(next), stream: true}, 0)
+}
+
+func orDefault(next http.RoundTripper) http.RoundTripper {
 	if next == nil {
-		next = http.DefaultTransport.(*http.Transport).Clone()
+		return http.DefaultTransport.(*http.Transport).Clone()
 	}
+	return next
+}
+
+func newClient(t http.RoundTripper, timeout time.Duration) *http.Client {
 	return &http.Client{
-		Transport: &rewriter{to: to, next: next},
+		Transport: t,
 		Timeout:   timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse

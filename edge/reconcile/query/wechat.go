@@ -41,8 +41,9 @@ type WeChatConfig struct {
 	// BaseURL is scheme and host of the API (default
 	// "https://api.mch.weixin.qq.com").
 	BaseURL string
-	// Timeout bounds one query (default DefaultTimeout).
-	Timeout time.Duration
+	// Timeout bounds one query (default DefaultTimeout); BillTimeout
+	// fetching and reading one statement (default DefaultBillTimeout).
+	Timeout, BillTimeout time.Duration
 	// Now is the clock for key expiry (default time.Now). The SDK checks
 	// the answer's timestamp against the system clock.
 	Now func() time.Time
@@ -61,6 +62,9 @@ type WeChat struct {
 	cfg       WeChatConfig
 	svc       jsapi.JsapiApiService
 	validator *validators.WechatPayResponseValidator
+	// download fetches a statement's file: the request signed, the
+	// answer not (WeChat Pay does not sign files; their SHA-1 is checked).
+	download *core.Client
 }
 
 var _ Querier = (*WeChat)(nil)
@@ -85,6 +89,9 @@ func NewWeChat(cfg WeChatConfig) (*WeChat, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.BillTimeout <= 0 {
+		cfg.BillTimeout = DefaultBillTimeout
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -100,10 +107,19 @@ func NewWeChat(cfg WeChatConfig) (*WeChat, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wechat pay query: %w", err)
 	}
+	download, err := core.NewClient(context.Background(),
+		option.WithMerchantCredential(cfg.MchID, cfg.MerchantSerial, cfg.MerchantKey),
+		option.WithoutValidator(),
+		option.WithHTTPClient(newStreamClient(to, cfg.Transport)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("wechat pay query: %w", err)
+	}
 	return &WeChat{
 		cfg:       cfg,
 		svc:       jsapi.JsapiApiService{Client: client},
 		validator: validators.NewWechatPayResponseValidator(v),
+		download:  download,
 	}, nil
 }
 

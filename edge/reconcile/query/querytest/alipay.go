@@ -32,7 +32,9 @@ type AlipayFakeConfig struct {
 	TLS bool
 }
 
-// AlipayFake serves Alipay's gateway for alipay.trade.query on loopback, as
+// AlipayFake serves Alipay's gateway for alipay.trade.query and
+// alipay.data.dataservice.bill.downloadurl.query (with the bill files at
+// the URLs it hands out) on loopback, as
 // gopay calls it: a POST of the signed request form (sorted k=v of the
 // non-empty parameters but sign, SHA256withRSA with the app key). It
 // answers as Alipay does: {"alipay_trade_query_response":{...},"sign":...},
@@ -88,6 +90,10 @@ type alipayAnswer struct {
 }
 
 func (f *AlipayFake) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == AlipayBillPath {
+		f.serveBillFile(w, r)
+		return
+	}
 	if r.URL.Path != GatewayPath {
 		http.NotFound(w, r)
 		return
@@ -99,7 +105,7 @@ func (f *AlipayFake) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	get := func(k string) string { return params.Get(k) }
 	switch {
-	case get("method") != "alipay.trade.query":
+	case get("method") != "alipay.trade.query" && get("method") != BillMethod:
 		f.answer(w, invalid("isv.invalid-method", "不存在的方法名"), false)
 		return
 	case get("app_id") != f.cfg.AppID:
@@ -113,6 +119,10 @@ func (f *AlipayFake) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case !recent(get("timestamp")):
 		f.answer(w, invalid("isv.invalid-timestamp", "非法的时间戳参数"), false)
+		return
+	}
+	if get("method") == BillMethod {
+		f.billURL(w, get("biz_content"))
 		return
 	}
 	var biz struct {
@@ -202,13 +212,18 @@ func invalid(subCode, subMsg string) alipayAnswer {
 // answer writes {"alipay_trade_query_response":a,"sign":...}, the sign
 // over the exact text of a; an unsigned answer has no sign.
 func (f *AlipayFake) answer(w http.ResponseWriter, a alipayAnswer, signed bool) {
+	f.answerAs(w, "alipay_trade_query_response", a, signed)
+}
+
+// answerAs writes {name:a,"sign":...} as answer does.
+func (f *AlipayFake) answerAs(w http.ResponseWriter, name string, a any, signed bool) {
 	obj, err := json.Marshal(a)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	var b strings.Builder
-	b.WriteString(`{"alipay_trade_query_response":`)
+	b.WriteString(`{"` + name + `":`)
 	b.Write(obj)
 	if signed {
 		f.smu.Lock()

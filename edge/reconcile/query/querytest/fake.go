@@ -54,9 +54,12 @@ type fake struct {
 	stall  bool
 	badSig bool
 	times  []time.Time
-	srv    *httptest.Server
-	stop   chan struct{}
-	once   sync.Once
+	// bills by date (YYYY-MM-DD), and how often each was asked for.
+	bills    map[string]Bill
+	billAsks map[string]int
+	srv      *httptest.Server
+	stop     chan struct{}
+	once     sync.Once
 }
 
 // start serves h on a free loopback port (TLS with a self-signed

@@ -37,7 +37,8 @@ type WeChatFakeConfig struct {
 }
 
 // WeChatFake serves WeChat Pay's order query by out_trade_no on loopback
-// (GET /v3/pay/transactions/out-trade-no/{out_trade_no}?mchid=...). It
+// (GET /v3/pay/transactions/out-trade-no/{out_trade_no}?mchid=...), and
+// its trade bill (GET /v3/bill/tradebill, then the file's download). It
 // checks each request's WECHATPAY2-SHA256-RSA2048 signature as WeChat Pay
 // does (401 SIGN_ERROR otherwise), and signs its answers with the platform
 // key as WeChat Pay does, the 404 ORDER_NOT_EXIST included. Safe for
@@ -72,6 +73,10 @@ func (f *WeChatFake) SetPlatform(s *channeltest.WeChatPaySigner) {
 const QueryPath = "/v3/pay/transactions/out-trade-no/"
 
 func (f *WeChatFake) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == TradeBillPath || r.URL.Path == BillFilePath {
+		f.serveBill(w, r)
+		return
+	}
 	orderNo, ok := strings.CutPrefix(r.URL.Path, QueryPath)
 	if !ok || r.Method != http.MethodGet || orderNo == "" || strings.Contains(orderNo, "/") {
 		f.answer(w, http.StatusNotFound, map[string]string{"code": "NOT_FOUND", "message": "no such API"}, false)
