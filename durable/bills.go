@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"time"
 
@@ -449,15 +450,73 @@ func (s *Store) BillRunOf(ctx context.Context, channel string, day BillDay) (Bil
 	}
 }
 
-// BillRunOK reports whether channel's day has an ok run.
-func (s *Store) BillRunOK(ctx context.Context, channel string, day BillDay) (bool, error) {
-	var ok bool
-	err := s.ops.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM bill_run WHERE channel = $1 AND bill_date = $2 AND state = 'ok')`,
-		channel, day.Date).Scan(&ok)
-	if err != nil {
-		return false, wrap(ctx, "bill run ok", err)
+// BillRunState returns the state of channel's run of day ("" when the
+// day has none).
+func (s *Store) BillRunState(ctx context.Context, channel string, day BillDay) (string, error) {
+	var state string
+	err := s.ops.QueryRow(ctx, `SELECT state FROM bill_run WHERE channel = $1 AND bill_date = $2`, channel, day.Date).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
 	}
-	return ok, nil
+	if err != nil {
+		return "", wrap(ctx, "bill run state", err)
+	}
+	return state, nil
+}
+
+// TradeRefunded returns the sum of trade's recorded refunds.
+func (s *Store) TradeRefunded(ctx context.Context, trade string) (int64, error) {
+	var sum int64
+	if err := s.ops.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM trade_refund WHERE trade = $1`, trade).Scan(&sum); err != nil {
+		return 0, wrap(ctx, "trade refunded", err)
+	}
+	return sum, nil
+}
+
+// BillGauge is what a channel's bills say at the moment: when its last ok
+// run was recorded, and the categories of its latest run.
+type BillGauge struct {
+	LastOK     time.Time
+	Categories map[string]int
+}
+
+// BillGauges returns each channel's BillGauge.
+func (s *Store) BillGauges(ctx context.Context) (map[string]BillGauge, error) {
+	rows, err := s.ops.Query(ctx, `
+SELECT l.channel, coalesce((SELECT max(updated_at) FROM bill_run o WHERE o.channel = l.channel AND o.state = 'ok'), 'epoch'),
+       l.matched, l.channel_only, l.ledger_only, l.amount_mismatch, l.pending
+  FROM (SELECT DISTINCT ON (channel) * FROM bill_run ORDER BY channel, bill_date DESC) l`)
+	if err != nil {
+		return nil, wrap(ctx, "bill gauges", err)
+	}
+	defer rows.Close()
+	out := map[string]BillGauge{}
+	for rows.Next() {
+		var ch string
+		var g BillGauge
+		var m, co, lo, am, p int
+		if err := rows.Scan(&ch, &g.LastOK, &m, &co, &lo, &am, &p); err != nil {
+			return nil, wrap(ctx, "bill gauges", err)
+		}
+		g.Categories = map[string]int{BillMatched: m, BillChannelOnly: co, BillLedgerOnly: lo, BillAmountMismatch: am, BillPending: p}
+		out[ch] = g
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "bill gauges", err)
+	}
+	return out, nil
+}
+
+// BillsLockID is the session advisory lock that elects the one node that
+// fetches the channels' statements on schedule.
+const BillsLockID = int64(0x62696c6c73) // "bills"
+
+// BillDayLockID is the session advisory lock a run of channel's day holds:
+// one run of a day at a time, whichever node or path started it.
+func BillDayLockID(channel string, day BillDay) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("notifyedge bill " + channel + " " + day.String()))
+	return int64(h.Sum64() &^ (1 << 63))
 }
 
 // PruneBills deletes runs and items of days before before, a batch at a

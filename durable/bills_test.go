@@ -215,8 +215,15 @@ func TestBillRunsSavedListedAndPruned(t *testing.T) {
 	if got.State != "ok" || len(got.Items) != 1 || got.Items[0].Action != "applied" || got.Categories["channel_only"] != 1 {
 		t.Errorf("run %+v", got)
 	}
-	if ok, _ := b.store.BillRunOK(ctx, "test", day); !ok {
-		t.Error("BillRunOK false after an ok run")
+	if st, _ := b.store.BillRunState(ctx, "test", day); st != "ok" {
+		t.Errorf("BillRunState %q after an ok run", st)
+	}
+	if st, _ := b.store.BillRunState(ctx, "test", durable.BillDay{Date: day.Date.AddDate(0, 0, -1)}); st != "" {
+		t.Errorf("BillRunState %q of a day without a run", st)
+	}
+	gauges, err := b.store.BillGauges(ctx)
+	if err != nil || gauges["test"].LastOK.IsZero() || gauges["test"].Categories["channel_only"] != 1 {
+		t.Errorf("gauges %+v, %v", gauges, err)
 	}
 	list, err := b.store.BillRuns(ctx, durable.BillRunQuery{Channel: "test", From: "2026-12-01", To: "2026-12-05"})
 	if err != nil || len(list) != 1 || list[0].Date != "2026-12-05" {

@@ -66,6 +66,15 @@ type Config struct {
 	ReconcileAfter   time.Duration
 	ReconcileHorizon time.Duration
 	ReconcileRate    float64
+
+	// Bills compares each channel's daily statement with the ledger:
+	// BillsAt past midnight in BillsZone (the previous day's), again every
+	// half hour until BillsGiveUp; runs are kept BillRetention.
+	Bills         bool
+	BillsAt       time.Duration
+	BillsGiveUp   time.Duration
+	BillsZone     *time.Location
+	BillRetention time.Duration
 }
 
 // ChannelConfig is one channel from EDGE_SECRET_<NAME> (or
@@ -121,6 +130,12 @@ func ParseConfig(args, env []string) (Config, error) {
 	fs.StringVar(&reconcile, "reconcile", get("EDGE_RECONCILE", "true"), "ask the channels about orders still PENDING_PAY, where query credentials are set (EDGE_RECONCILE)")
 	fs.StringVar(&reconcileAfter, "reconcile-after", get("EDGE_RECONCILE_AFTER", "10m"), "first ask about a PENDING_PAY order this long after it was registered (EDGE_RECONCILE_AFTER)")
 	fs.StringVar(&reconcileHorizon, "reconcile-horizon", get("EDGE_RECONCILE_HORIZON", "72h"), "stop asking about an order this long after it was registered (EDGE_RECONCILE_HORIZON)")
+	var bills, billsAt, billsTZ, billsGiveUp, billKeep string
+	fs.StringVar(&bills, "bills", get("EDGE_BILLS", "true"), "compare each channel's daily statement with the ledger, where query credentials are set (EDGE_BILLS)")
+	fs.StringVar(&billsAt, "bills-at", get("EDGE_BILLS_AT", "10:30"), "fetch the previous day's statements after this time of day, HH:MM in -bills-tz (EDGE_BILLS_AT)")
+	fs.StringVar(&billsTZ, "bills-tz", get("EDGE_BILLS_TZ", "Asia/Shanghai"), "the zone of the channels' days (EDGE_BILLS_TZ)")
+	fs.StringVar(&billsGiveUp, "bills-give-up", get("EDGE_BILLS_GIVE_UP", "18:00"), "a statement still not ready at this time of day is missing, HH:MM (EDGE_BILLS_GIVE_UP)")
+	fs.StringVar(&billKeep, "bill-retention", get("EDGE_BILL_RETENTION", "2160h"), "delete bill runs and their items older than this (EDGE_BILL_RETENTION)")
 	fs.BoolVar(&c.Dev, "dev", false, "throwaway Postgres and in-process Redis unless DATABASE_URL/REDIS_URL are given")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -191,6 +206,24 @@ func ParseConfig(args, env []string) (Config, error) {
 	if c.ReconcileRate, err = strconv.ParseFloat(rateText, 64); err != nil || !(c.ReconcileRate > 0) || c.ReconcileRate > 1000 {
 		return Config{}, fmt.Errorf("EDGE_RECONCILE_RATE: %q is not a rate of queries a second per channel (above 0, at most 1000)", rateText)
 	}
+	if c.Bills, err = strconv.ParseBool(bills); err != nil {
+		return Config{}, fmt.Errorf("bills: %q is not true or false", bills)
+	}
+	if c.BillsAt, err = timeOfDay("bills-at", billsAt); err != nil {
+		return Config{}, err
+	}
+	if c.BillsGiveUp, err = timeOfDay("bills-give-up", billsGiveUp); err != nil {
+		return Config{}, err
+	}
+	if c.BillsGiveUp <= c.BillsAt {
+		return Config{}, fmt.Errorf("-bills-give-up (%s) must be later in the day than -bills-at (%s)", billsGiveUp, billsAt)
+	}
+	if c.BillsZone, err = time.LoadLocation(billsTZ); err != nil || billsTZ == "" || billsTZ == "Local" {
+		return Config{}, fmt.Errorf("bills-tz: %q is not a time zone name such as Asia/Shanghai", billsTZ)
+	}
+	if c.BillRetention, err = positiveDuration("bill-retention", billKeep); err != nil {
+		return Config{}, err
+	}
 	c.DatabaseURL = vars["DATABASE_URL"]
 	c.RedisURL = vars["REDIS_URL"]
 	c.StreamURL = vars["EDGE_STREAM_URL"]
@@ -215,6 +248,18 @@ func positiveDuration(name, s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %q is not a positive duration", name, s)
 	}
 	return d, nil
+}
+
+// timeOfDay reads HH:MM (00:00 to 24:00) as the time past midnight.
+func timeOfDay(name, s string) (time.Duration, error) {
+	t, err := time.Parse("15:04", s)
+	if s == "24:00" {
+		return 24 * time.Hour, nil
+	}
+	if err != nil || len(s) != 5 {
+		return 0, fmt.Errorf("%s: %q is not a time of day HH:MM", name, s)
+	}
+	return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute, nil
 }
 
 // parseSize reads "65536", "64KiB", "1MiB", "64KB" or "1MB".

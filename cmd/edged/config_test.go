@@ -28,10 +28,19 @@ func TestParseConfigDefaults(t *testing.T) {
 		IdleTimeout: 5 * time.Second, MaxConnsPerIP: 256, DrainDelay: 5 * time.Second, StartTimeout: time.Minute,
 		ClaimRetention: 168 * time.Hour, OutboxRetention: 168 * time.Hour, ReviewRetention: 2160 * time.Hour,
 		Reconcile: true, ReconcileAfter: 10 * time.Minute, ReconcileHorizon: 72 * time.Hour, ReconcileRate: 10,
+		Bills: true, BillsAt: 10*time.Hour + 30*time.Minute, BillsGiveUp: 18 * time.Hour, BillsZone: shanghai(t), BillRetention: 2160 * time.Hour,
 		Channels: []ChannelConfig{{Name: "acme", Kind: "generic", Secrets: []string{secret}, Secret: secret, SecretVar: "EDGE_SECRET_ACME"}}}
-	if d := cmp.Diff(want, c); d != "" {
+	if d := cmp.Diff(want, c, cmp.Comparer(func(a, b *time.Location) bool { return a.String() == b.String() })); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
+}
+
+func shanghai(t *testing.T) *time.Location {
+	z, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return z
 }
 
 func TestParseConfigFlagsOverrideEnv(t *testing.T) {
@@ -80,6 +89,13 @@ func TestParseConfigErrors(t *testing.T) {
 	bad([]string{db, acme, "EDGE_RECONCILE_RATE=0"}, nil, "EDGE_RECONCILE_RATE")
 	bad([]string{db, acme, "EDGE_RECONCILE_RATE=fast"}, nil, "EDGE_RECONCILE_RATE")
 	bad([]string{db, acme, "EDGE_RECONCILE_RATE=1e6"}, nil, "EDGE_RECONCILE_RATE")
+	bad([]string{db, acme, "EDGE_BILLS=sometimes"}, nil, "bills")
+	bad([]string{db, acme, "EDGE_BILLS_AT=10.30"}, nil, "bills-at")
+	bad([]string{db, acme}, []string{"-bills-at", "25:00"}, "bills-at")
+	bad([]string{db, acme, "EDGE_BILLS_AT=19:00"}, nil, "-bills-give-up")
+	bad([]string{db, acme, "EDGE_BILLS_TZ=Mars/Olympus"}, nil, "bills-tz")
+	bad([]string{db, acme, "EDGE_BILLS_TZ=Local"}, nil, "bills-tz")
+	bad([]string{db, acme, "EDGE_BILL_RETENTION=forever"}, nil, "bill-retention")
 	if _, err := newChannel(ChannelConfig{Name: "acme", Kind: "telegraph", Secrets: []string{secret}}); err == nil ||
 		!strings.Contains(err.Error(), "EDGE_CHANNEL_ACME_KIND") {
 		t.Errorf("unknown kind: %v", err)

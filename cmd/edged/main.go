@@ -31,6 +31,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/reconcile"
+	"github.com/notifyedge/notifyedge/edge/reconcile/bills"
 )
 
 func main() {
@@ -103,13 +104,18 @@ type Main struct {
 	stopRetention context.CancelFunc // retention runs on every node
 	retentionDone chan struct{}
 
-	qmu              sync.Mutex // reconciler, reconcileMetrics, queriers
+	qmu              sync.Mutex // reconciler, reconcileMetrics, queriers, billRunner, billMetrics
 	queriers         map[string]reconcile.Querier
 	reconciler       *reconcile.Reconciler
 	reconcileMetrics *reconcileMetrics
 	reconcileState   atomic.Value // "off" until started, then "standby" or "leader"
 	stopReconcile    context.CancelFunc
 	reconcileDone    chan struct{}
+	billRunner       *bills.Runner
+	billMetrics      *billMetrics
+	billsState       atomic.Value // "off" until started, then "standby" or "leader"
+	stopBills        context.CancelFunc
+	billsDone        chan struct{}
 }
 
 // Compile-time checks that the concrete parts satisfy edge's interfaces.
@@ -238,8 +244,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.startReconcile(metrics, queriers); err != nil {
 		return err
 	}
+	m.billsState.Store("off")
+	if err := m.startBills(metrics); err != nil {
+		return err
+	}
 	if err := m.admin.Attach(admin.Deps{Orders: store, Redrive: m.server, Reviews: store, Postgres: store, CacheEpoch: store,
-		Reconcile: adminReconciler{m.reconciler}}); err != nil {
+		Reconcile: adminReconciler{m.reconciler}, Bills: adminBills{r: m.billRunner, store: store, zone: cfg.BillsZone}}); err != nil {
 		return err
 	}
 	if m.cache != nil {
@@ -357,6 +367,10 @@ func (m *Main) Close() error {
 	if m.stopReconcile != nil {
 		m.stopReconcile()
 		<-m.reconcileDone
+	}
+	if m.stopBills != nil {
+		m.stopBills()
+		<-m.billsDone
 	}
 	if m.stopRelay != nil {
 		m.stopRelay()

@@ -282,12 +282,14 @@ func (m *Main) startReconcile(metrics *edge.Metrics, queriers map[string]reconci
 }
 
 // setQueriers swaps in the channels' query clients (at start and on each
-// reload), and makes their metric series exist.
+// reload), and makes their metric series exist; the bills take the same
+// clients.
 func (m *Main) setQueriers(qs map[string]reconcile.Querier) {
+	defer m.setBillers(qs) // the same clients fetch the statements
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
+	m.queriers = qs // the latest, for startReconcile and startBills
 	if m.reconciler == nil {
-		m.queriers = qs // taken by startReconcile
 		return
 	}
 	m.reconciler.SetQueriers(qs)

@@ -63,6 +63,9 @@ var contractMetrics = []struct {
 	{name: "notifyedge_reconcile_total"},
 	{name: "notifyedge_reconcile_due"},
 	{name: "notifyedge_reconcile_oldest_due_seconds"},
+	{name: "notifyedge_bill_runs_total"},
+	{name: "notifyedge_bill_items"},
+	{name: "notifyedge_bill_last_ok_seconds"},
 	{name: "notifyedge_forward_total", forwarder: true},
 	{name: "notifyedge_forward_active", forwarder: true},
 	{name: "notifyedge_forward_lag_seconds", forwarder: true},
@@ -174,6 +177,11 @@ func TestAlertRulesMetricsExported(t *testing.T) {
 		t.Fatal(err)
 	}
 	rm.channels([]string{"wx"})
+	bm, err := newBillMetrics(m.Registry, opsBills{}, func() bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm.channels([]string{"wx"})
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +200,13 @@ func TestAlertRulesMetricsExported(t *testing.T) {
 			t.Logf("%s is exported now: drop its later mark", c.name)
 		}
 	}
+}
+
+// opsBills reports one channel's bills.
+type opsBills struct{}
+
+func (opsBills) BillGauges(context.Context) (map[string]durable.BillGauge, error) {
+	return map[string]durable.BillGauge{"wx": {LastOK: time.Now(), Categories: map[string]int{durable.BillMatched: 1}}}, nil
 }
 
 // opsBacklog is an edge.Backlog with one open review row and an empty

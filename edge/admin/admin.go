@@ -83,6 +83,8 @@ type Deps struct {
 	// Reconcile serves POST /orders/{order_no}/reconcile (nil: 404, as
 	// with reconciliation off).
 	Reconcile Reconciler
+	// Bills serves /bills (nil: 404).
+	Bills BillBook
 	// Reviews serves /review (required).
 	Reviews ReviewQueue
 	// Postgres is pinged by /readyz (required).
@@ -228,7 +230,8 @@ func (a *Server) handle(ctx *fasthttp.RequestCtx) {
 // operator serves the endpoints that take the admin token only.
 func (a *Server) operator(ctx *fasthttp.RequestCtx, d *Deps, r adminRoute) {
 	switch {
-	case d != nil && (r.ep == epReviewRedrive && d.Redrive == nil || r.ep == epCacheEpoch && d.CacheEpoch == nil):
+	case d != nil && (r.ep == epReviewRedrive && d.Redrive == nil || r.ep == epCacheEpoch && d.CacheEpoch == nil ||
+		(r.ep == epBills || r.ep == epBillRun) && d.Bills == nil):
 		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
 		return
 	case !a.authorized(ctx):
@@ -246,6 +249,10 @@ func (a *Server) operator(ctx *fasthttp.RequestCtx, d *Deps, r adminRoute) {
 		a.redrive(ctx, d, r.id)
 	case epCacheEpoch:
 		a.bumpEpoch(ctx, d)
+	case epBills:
+		a.bills(ctx, d)
+	case epBillRun:
+		a.billRun(ctx, d, r.channel, r.date)
 	default:
 		jsonError(ctx, http.StatusNotFound, "no such admin endpoint")
 	}

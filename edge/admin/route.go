@@ -24,6 +24,8 @@ const (
 	epOrderRecon    // POST /orders/{order_no}/reconcile
 	epReload        // POST /reload
 	epCacheEpoch    // POST /cache/epoch
+	epBills         // GET /bills
+	epBillRun       // GET, POST /bills/{channel}/{date}
 )
 
 // adminRoute is a parsed admin request line.
@@ -36,6 +38,8 @@ type adminRoute struct {
 	// {order_no} of /orders/{order_no}...
 	id      int64
 	orderNo string
+	// channel and date of /bills/{channel}/{date}.
+	channel, date string
 }
 
 // parseAdminRoute routes on the raw path as the client sent it, split on
@@ -88,6 +92,15 @@ func parseAdminRoute(method, rawPath []byte) adminRoute {
 		r.ep, want = epReload, http.MethodPost
 	case len(segs) == 2 && string(segs[0]) == "cache" && string(segs[1]) == "epoch":
 		r.ep, want = epCacheEpoch, http.MethodPost
+	case len(segs) == 1 && string(segs[0]) == "bills":
+		r.ep, want = epBills, "GET, HEAD"
+	case len(segs) == 3 && string(segs[0]) == "bills":
+		ch, ok1 := unescapeSegment(segs[1])
+		date, ok2 := unescapeSegment(segs[2])
+		if !ok1 || !ok2 {
+			return adminRoute{}
+		}
+		r.ep, r.channel, r.date, want = epBillRun, ch, date, "GET, HEAD, POST"
 	default:
 		return adminRoute{}
 	}

@@ -35,11 +35,20 @@ func TestParseAdminRoute(t *testing.T) {
 		{"POST", "/cache/epoch", epCacheEpoch, "", 0, ""},
 		{"GET", "", epNone, "", 0, ""},
 		{"GET", "metrics", epNone, "", 0, ""},
+		{"GET", "/bills", epBills, "", 0, ""},
+		{"POST", "/bills", epBills, "GET, HEAD", 0, ""},
+		{"POST", "/bills/wx/2026-12-05", epBillRun, "", 0, ""},
+		{"DELETE", "/bills/wx/2026-12-05", epBillRun, "GET, HEAD, POST", 0, ""},
+		{"GET", "/bills/wx", epNone, "", 0, ""},
+		{"GET", "/bills//2026-12-05", epNone, "", 0, ""},
 	} {
 		r := parseAdminRoute([]byte(c.method), []byte(c.path))
 		if r.ep != c.ep || r.allowed != c.allowed || r.id != c.id || r.orderNo != c.order {
 			t.Errorf("%s %s: %+v, want ep %d allowed %q id %d order %q", c.method, c.path, r, c.ep, c.allowed, c.id, c.order)
 		}
+	}
+	if r := parseAdminRoute([]byte("POST"), []byte("/bills/w%20x/2026-12-05")); r.channel != "w x" || r.date != "2026-12-05" {
+		t.Errorf("bill run route %+v", r)
 	}
 }
 

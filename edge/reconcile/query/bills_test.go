@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bill"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bill/billtest"
 	"github.com/notifyedge/notifyedge/edge/reconcile/query"
@@ -122,4 +123,69 @@ func TestAlipayBill(t *testing.T) {
 	if _, err := readStatement(t, env.q, "2026-13-01"); err == nil {
 		t.Error("an impossible date was asked for")
 	}
+}
+
+// A statement's payment and refund, built as stored deliveries, map as the
+// channels' own callbacks of the same payment and refund do: same key,
+// same digest.
+func TestBillBodiesMapAsTheCallbacks(t *testing.T) {
+	k := keys()
+	t.Run("wechat", func(t *testing.T) {
+		e := newWeChat(t, false, nil)
+		const orderNo, txnID, refundID = "WX-BILL-1", "4200001234202612030000000009", "50300009"
+		parse := func(event string, resource map[string]any) *channel.Delivery {
+			h, body, err := k.platform.Notify(event, resource, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d channel.Delivery
+			if rej := e.ch.Parse(&channel.Request{Channel: []byte("wx"), ContentType: []byte("application/json"), Body: body, Header: headerOf(h)}, &d); rej != nil {
+				t.Fatal(rej)
+			}
+			return &d
+		}
+		pay := parse("TRANSACTION.SUCCESS", map[string]any{"mchid": wxMchID, "appid": wxAppID, "out_trade_no": orderNo,
+			"transaction_id": txnID, "trade_state": "SUCCESS", "amount": map[string]any{"total": 1999, "currency": "CNY"}})
+		ref := parse("REFUND.SUCCESS", map[string]any{"mchid": wxMchID, "out_trade_no": orderNo, "transaction_id": txnID,
+			"out_refund_no": "R1", "refund_id": refundID, "refund_status": "SUCCESS",
+			"amount": map[string]any{"total": 1999, "refund": 500, "payer_total": 1999, "payer_refund": 500}})
+		for name, c := range map[string]struct {
+			body []byte
+			cb   *channel.Delivery
+		}{"payment": {e.q.BillPayment(txnID, orderNo, 1999), pay}, "refund": {e.q.BillRefund(txnID, orderNo, refundID, 1999, 500, 500), ref}} {
+			d := redrive(t, e.ch, c.body)
+			if string(d.Key) != string(c.cb.Key) || d.Digest != c.cb.Digest {
+				t.Errorf("%s: billed %s %s, callback %s %s", name, d.Key, d.Digest[:12], c.cb.Key, c.cb.Digest[:12])
+			}
+		}
+	})
+	t.Run("alipay", func(t *testing.T) {
+		e := newAlipay(t, false, nil)
+		const orderNo, tradeNo = "ALI-BILL-1", "2026120322001400001234567899"
+		parse := func(form map[string]string) *channel.Delivery {
+			body, err := k.alipay.Notify(form)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d channel.Delivery
+			if rej := e.ch.Parse(&channel.Request{Channel: []byte("ali"), ContentType: []byte("application/x-www-form-urlencoded"), Body: body}, &d); rej != nil {
+				t.Fatal(rej)
+			}
+			return &d
+		}
+		base := map[string]string{"notify_type": "trade_status_sync", "notify_id": "n1", "trade_no": tradeNo, "out_trade_no": orderNo,
+			"trade_status": "TRADE_SUCCESS", "total_amount": "19.99", "app_id": aliAppID, "seller_id": aliSellerID, "charset": "utf-8"}
+		pay := parse(base)
+		base["out_biz_no"], base["refund_fee"], base["gmt_refund"] = "RF-1", "5.00", "2026-12-05 10:00:00.000"
+		ref := parse(base)
+		for name, c := range map[string]struct {
+			body []byte
+			cb   *channel.Delivery
+		}{"payment": {e.q.BillPayment(tradeNo, orderNo, 1999), pay}, "refund": {e.q.BillRefund(tradeNo, orderNo, "RF-1", 1999, 500, 500), ref}} {
+			d := redrive(t, e.ch, c.body)
+			if string(d.Key) != string(c.cb.Key) || d.Digest != c.cb.Digest {
+				t.Errorf("%s: billed %s %s, callback %s %s", name, d.Key, d.Digest[:12], c.cb.Key, c.cb.Digest[:12])
+			}
+		}
+	})
 }
