@@ -285,6 +285,46 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "console-status")
 
+	// The Bills page: the runs, then one run with both sides and its
+	// items, each linked to its order; an order number holding markup is
+	// text.
+	for _, q := range []string{
+		`INSERT INTO bill_run (channel, bill_date, state, fetched_at, bill_payments, bill_paid, bill_refunds, bill_refunded, bill_fees,
+		    ledger_payments, ledger_paid, ledger_refunds, ledger_refunded, matched, channel_only, ledger_only, amount_mismatch, pending)
+		 VALUES ('acme', '2026-12-05', 'ok', now(), 4, 7996, 1, 500, 48, 3, 5997, 0, 0, 2, 2, 1, 1, 1),
+		        ('acme', '2026-12-04', 'missing', now(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)`,
+		`INSERT INTO bill_item (channel, bill_date, category, kind, trade, refund_id, order_no, bill_amount, ledger_amount, recorded_on, action, detail) VALUES
+		 ('acme', '2026-12-05', 'channel_only', 'payment', 'acme:T-LOST', '', 'C-LOST', 1999, NULL, NULL, 'applied', 'PAID'),
+		 ('acme', '2026-12-05', 'channel_only', 'refund', 'acme:T-PAID', 'RF-1', 'C-PAID', 500, NULL, NULL, 'applied', 'PAID'),
+		 ('acme', '2026-12-05', 'amount_mismatch', 'payment', 'acme:T-DIFF', '', 'C-DIFF', 999, 1999, NULL, 'review', 'BILL_MISMATCH'),
+		 ('acme', '2026-12-05', 'ledger_only', 'payment', 'acme:T-GONE', '', '<img src=x onerror=window.pwned=1>', NULL, 1999, '2026-12-04', 'review', 'NOT_IN_BILL')`,
+	} {
+		if _, err := db.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	do(t, ctx, "bills",
+		js(`location.hash = '#/bills?from=2026-12-01&to=2026-12-06'`),
+		chromedp.WaitVisible(chromedp.CSS(`#bills-body tr`)))
+	if runs := eval[int](t, ctx, `document.querySelectorAll('#bills-body tr').length`); runs != 2 {
+		t.Errorf("%d runs listed, want 2", runs)
+	}
+	do(t, ctx, "a bill run",
+		chromedp.Click(chromedp.CSS(`#bills-body tr:first-child td:first-child a`)),
+		chromedp.WaitVisible(chromedp.CSS(`#bill-items`)))
+	sides, items := text(t, ctx, `#bill-sides`), text(t, ctx, `#bill-items`)
+	if !strings.Contains(sides, "79.96") || !strings.Contains(sides, "59.97") || !strings.Contains(items, "BILL_MISMATCH") ||
+		!strings.Contains(items, "<img src=x onerror=window.pwned=1>") {
+		t.Errorf("bill run shown as sides %q, items %q", sides, items)
+	}
+	if links := eval[int](t, ctx, `document.querySelectorAll('#bill-items a[href^="#/order/"]').length`); links != 4 {
+		t.Errorf("%d items linked to their orders, want 4", links)
+	}
+	if pwned := eval[string](t, ctx, `String(window.pwned)`); pwned != "undefined" {
+		t.Fatal("an order number's markup ran on the Bills page")
+	}
+	screenshot(t, ctx, "console-bills")
+
 	// A form posted from another site reaches the endpoint without the
 	// token: 401, and the row stays open.
 	target := reviewID(t, db, xssImgOrder)

@@ -283,6 +283,92 @@ async function renderOrder(no) {
     o.truncated ? el('p', { class: 'muted' }, 'Lists hold the newest 1000 rows.') : null));
 }
 
+// ---- bills ----------------------------------------------------------------
+
+function yuan(fen) { return fen === null || fen === undefined ? '—' : (fen / 100).toFixed(2); }
+
+function isoDay(d) { return d.toISOString().slice(0, 10); }
+
+// renderBills lists the runs of the last 30 days (or a channel's), with a
+// form that runs a day now.
+async function renderBills() {
+  const p = hashParams();
+  const channel = p.get('channel') || '';
+  const to = p.get('to') || isoDay(new Date());
+  const from = p.get('from') || isoDay(new Date(Date.now() - 30 * 86400000));
+  const status = el('span', { class: 'muted', id: 'bills-status' }, 'loading…');
+  const body = el('tbody', { id: 'bills-body' });
+  const result = el('p', { id: 'bills-result' });
+  const runCh = el('input', { id: 'run-channel', placeholder: 'channel', value: channel, size: 10, required: true });
+  const runDay = el('input', { id: 'run-date', type: 'date', value: isoDay(new Date(Date.now() - 86400000)), required: true });
+  const run = el('form', { id: 'run-form', onsubmit: async ev => {
+    ev.preventDefault();
+    result.textContent = 'fetching…';
+    result.className = 'muted';
+    const r = await api('POST', `/bills/${encodeURIComponent(runCh.value.trim())}/${encodeURIComponent(runDay.value)}`);
+    result.textContent = r.status === 200 ? `${r.body.channel} ${r.body.date}: ${r.body.state}` + (r.body.message ? ` (${r.body.message})` : '')
+      : `Not run (${r.status}): ${message(r.body)}`;
+    result.className = r.status === 200 && r.body.state === 'ok' ? 'ok' : 'error';
+    if (r.status === 200) location.hash = `#/bills/${encodeURIComponent(r.body.channel)}/${r.body.date}`;
+  } }, runCh, runDay, el('button', { type: 'submit', id: 'run-button' }, 'Fetch and compare now'));
+  const cols = ['day', 'channel', 'state', 'bill: payments', 'paid', 'refunds', 'refunded', 'fees', 'ledger: payments', 'paid', 'refunds', 'refunded',
+    'matched', 'channel only', 'ledger only', 'amount mismatch', 'pending'];
+  show(el('h2', {}, 'Daily bills'),
+    el('p', { class: 'muted' }, 'Each channel\'s statement of a day against the ledger, by trade. Items that did not match, and what was done, are on each run.'),
+    run, result,
+    el('div', { class: 'bar' }, status),
+    el('table', { id: 'bills' }, el('thead', {}, el('tr', {}, ...cols.map(h => el('th', {}, h)))), body));
+  const q = new URLSearchParams({ from, to });
+  if (channel) q.set('channel', channel);
+  const r = await api('GET', '/bills?' + q.toString());
+  if (r.status !== 200) {
+    status.textContent = 'Could not read the runs: ' + message(r.body);
+    status.className = 'error';
+    return;
+  }
+  body.replaceChildren(...r.body.runs.map(x => {
+    const c = x.categories || {};
+    const href = `#/bills/${encodeURIComponent(x.channel)}/${x.date}`;
+    return el('tr', { class: 'row', onclick: () => { location.hash = href; } },
+      el('td', { class: 'mono' }, el('a', { href }, x.date)), el('td', {}, x.channel), el('td', {}, el('span', { class: 'badge ' + x.state }, x.state)),
+      el('td', {}, x.bill.payments), el('td', {}, yuan(x.bill.paid)), el('td', {}, x.bill.refunds), el('td', {}, yuan(x.bill.refunded)), el('td', {}, yuan(x.bill.fees || 0)),
+      el('td', {}, x.ledger.payments), el('td', {}, yuan(x.ledger.paid)), el('td', {}, x.ledger.refunds), el('td', {}, yuan(x.ledger.refunded)),
+      el('td', {}, c.matched || 0), el('td', { class: c.channel_only ? 'error' : '' }, c.channel_only || 0),
+      el('td', { class: c.ledger_only ? 'error' : '' }, c.ledger_only || 0), el('td', { class: c.amount_mismatch ? 'error' : '' }, c.amount_mismatch || 0),
+      el('td', {}, c.pending || 0));
+  }));
+  status.textContent = r.body.runs.length ? `${r.body.runs.length} runs from ${from} to ${to}` : `No runs from ${from} to ${to}.`;
+  status.className = 'muted';
+}
+
+// renderBillRun shows one run: both sides' totals and every item, each
+// linked to its order.
+async function renderBillRun(channel, date) {
+  const box = el('div', { id: 'bill-run' }, 'loading…');
+  show(el('h2', {}, 'Daily bill ', el('span', { class: 'mono' }, `${channel} ${date}`)),
+    el('p', {}, el('a', { href: '#/bills?channel=' + encodeURIComponent(channel) }, '« all runs of ' + channel)), box);
+  const r = await api('GET', `/bills/${encodeURIComponent(channel)}/${encodeURIComponent(date)}`);
+  if (r.status !== 200) { box.replaceChildren(el('p', { class: 'error' }, `No run (${r.status}): ${message(r.body)}`)); return; }
+  const x = r.body;
+  const c = x.categories || {};
+  const side = (name, s) => el('tr', {}, el('th', {}, name), el('td', {}, s.payments), el('td', {}, yuan(s.paid)), el('td', {}, s.refunds),
+    el('td', {}, yuan(s.refunded)), el('td', {}, name === 'statement' ? yuan(s.fees || 0) : ''));
+  const items = x.items.map(it => el('tr', { class: 'item ' + it.category },
+    el('td', {}, it.category), el('td', {}, it.kind),
+    el('td', { class: 'mono' }, it.order_no ? el('a', { href: '#/order/' + encodeURIComponent(it.order_no) }, it.order_no) : ''),
+    el('td', { class: 'mono' }, it.trade), el('td', { class: 'mono' }, it.refund_id || ''),
+    el('td', {}, yuan(it.bill_amount)), el('td', {}, yuan(it.ledger_amount)), el('td', {}, it.recorded_on || ''),
+    el('td', {}, it.action + (it.detail ? ': ' + it.detail : ''))));
+  box.replaceChildren(el('div', { class: 'panel' },
+    el('p', {}, el('span', { class: 'badge ' + x.state, id: 'bill-state' }, x.state), ' fetched ', when(x.fetched_at), x.message ? ' — ' + x.message : ''),
+    el('table', { id: 'bill-sides' }, el('thead', {}, el('tr', {}, ...['', 'payments', 'paid', 'refunds', 'refunded', 'fees'].map(h => el('th', {}, h)))),
+      el('tbody', {}, side('statement', x.bill), side('ledger', x.ledger))),
+    el('p', {}, `matched ${c.matched || 0} · channel only ${c.channel_only || 0} · ledger only ${c.ledger_only || 0} · amount mismatch ${c.amount_mismatch || 0} · pending ${c.pending || 0}`),
+    el('h3', {}, `Items (${x.items.length})`),
+    x.items.length ? el('table', { id: 'bill-items' }, el('thead', {}, el('tr', {}, ...['category', 'kind', 'order', 'trade', 'refund id', 'statement', 'ledger', 'recorded on', 'action']
+      .map(h => el('th', {}, h)))), el('tbody', {}, ...items)) : el('p', { class: 'muted' }, 'Every row matched.')));
+}
+
 // ---- status --------------------------------------------------------------
 
 // samples keeps this tab's scrapes of /metrics, for the outcome counts of
@@ -373,6 +459,7 @@ function route() {
   document.getElementById('nav').hidden = false;
   document.getElementById('nav-reviews').hidden = !admin;
   document.getElementById('nav-status').hidden = !admin;
+  document.getElementById('nav-bills').hidden = !admin;
   document.getElementById('role').textContent = admin ? 'admin' : 'orders only';
   const h = location.hash || '#/';
   for (const a of document.querySelectorAll('header nav a')) a.classList.toggle('active', h.startsWith(a.getAttribute('href')));
@@ -380,6 +467,11 @@ function route() {
   if (h.startsWith('#/order')) {
     const no = h.startsWith('#/order/') ? decodeURIComponent(h.slice('#/order/'.length)) : '';
     run(renderOrder(no));
+  } else if (admin && h.startsWith('#/bills/')) {
+    const [ch, day] = h.slice('#/bills/'.length).split('/');
+    run(renderBillRun(decodeURIComponent(ch || ''), decodeURIComponent(day || '')));
+  } else if (admin && h.startsWith('#/bills')) {
+    run(renderBills());
   } else if (admin && h.startsWith('#/status')) {
     run(renderStatus());
     statusTimer = setInterval(() => run(renderStatus()), 15000);
