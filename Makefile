@@ -141,6 +141,10 @@ bench-compare: deps
 bench-scale: deps deps-haproxy build
 	$(GO) run ./cmd/edgebench scale -edged bin/edged -shipper bin/shipper
 
+## bench-bills: a daily statement of 100,000 and of 1,000,000 rows fetched, parsed and compared by edged: time and edged's peak memory
+bench-bills: deps build
+	$(GO) run ./cmd/edgebench bills -edged bin/edged -rows $(or $(ROWS),100000,1000000)
+
 ## bench-go: the Go benchmarks (durable beside raw pgx, the handler, the cache; fsync on)
 bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./durable/... ./edge/
@@ -199,4 +203,4 @@ lint:
 		echo "cmd/forwarder links a Postgres client: see 'go list -deps ./cmd/forwarder'"; exit 1; \
 	fi; echo "forwarder links no Postgres client: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale bench-compare fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale bench-compare bench-bills fuzz test-race bench lint

@@ -5,6 +5,8 @@
 //	edgebench run [-duration 10s -workers 64]   every load scenario and ceiling: speed, CPU per request, invariants
 //	edgebench compare -old a.json,b.json -new c.json,d.json
 //	                                            two builds' runs side by side: medians and ratios
+//	edgebench bills -edged bin/edged [-rows 100000,1000000]
+//	                                            a daily statement fetched and compared: time and edged's peak memory
 //	edgebench scale -edged bin/edged -shipper bin/shipper
 //	                                            three edged behind haproxy, a Redis Cluster, a synchronous
 //	                                            standby; kills a node, a Redis master and the primary
@@ -16,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,12 +41,16 @@ func main() {
 		compare(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "bills" {
+		bills(os.Args[2:])
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "scale" {
 		scale(os.Args[2:])
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|scale [flags]")
+		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("edgebench demo", flag.ExitOnError)
@@ -133,6 +140,31 @@ func scale(args []string) {
 	if rep != nil {
 		fmt.Print(rep.Table())
 	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+}
+
+// bills measures a daily statement's run (bench.RunBills).
+func bills(args []string) {
+	fs := flag.NewFlagSet("edgebench bills", flag.ExitOnError)
+	edged := fs.String("edged", "bin/edged", "the edged binary")
+	rows := fs.String("rows", "100000,1000000", "the statements' sizes, comma-separated")
+	fs.Parse(args)
+	var sizes []int
+	for _, r := range strings.Split(*rows, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n < 1000 {
+			fmt.Fprintf(os.Stderr, "edgebench bills: -rows %q: want sizes of at least 1000\n", r)
+			os.Exit(2)
+		}
+		sizes = append(sizes, n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.RunBills(ctx, bench.BillsConfig{Edged: *edged, Rows: sizes, Progress: os.Stderr})
+	fmt.Print(rep.Table())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "edgebench:", err)
 		os.Exit(1)
