@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -85,14 +86,59 @@ func newQuerier(cc ChannelConfig, keys channelKeys) (reconcile.Querier, error) {
 		if len(apps) == 0 {
 			return nil, fmt.Errorf("channel %s: %s is set: set %s too, the app the queries are made as", cc.Name, env("APP_PRIVATE_KEY"), env("APP_ID"))
 		}
-		q, err := query.NewAlipay(query.AlipayConfig{AppID: apps[0], AppPrivateKey: key, PublicKeys: keys.alipay,
-			NotAfter: keys.alipayNotAfter, SellerID: cc.Vars["SELLER_ID"], BaseURL: base})
+		qc := query.AlipayConfig{AppID: apps[0], AppPrivateKey: key, PublicKeys: keys.alipay,
+			NotAfter: keys.alipayNotAfter, SellerID: cc.Vars["SELLER_ID"], BaseURL: base}
+		if err := alipayCertMode(cc, &qc); err != nil {
+			return nil, err
+		}
+		q, err := query.NewAlipay(qc)
 		if err != nil {
 			return nil, fmt.Errorf("channel %s: %s: %w", cc.Name, env("APP_PRIVATE_KEY"), err)
 		}
 		return q, nil
 	}
 	return nil, nil
+}
+
+// alipayCertMode reads the public-key certificate mode's files for
+// queries: EDGE_CHANNEL_<C>_APP_CERT (the app's public key certificate)
+// and EDGE_CHANNEL_<C>_ROOT_CERT (Alipay's root certificate), each a value
+// or a _FILE; Alipay's own certificate is the channel's secret, which then
+// holds it as PEM. Neither set: public key mode, nothing to do.
+func alipayCertMode(cc ChannelConfig, qc *query.AlipayConfig) error {
+	env := cc.varName
+	app, err := querySecret(cc, "APP_CERT")
+	if err != nil {
+		return err
+	}
+	root, err := querySecret(cc, "ROOT_CERT")
+	if err != nil {
+		return err
+	}
+	if app == "" && root == "" {
+		return nil
+	}
+	if app == "" || root == "" {
+		return fmt.Errorf("channel %s: certificate mode needs both %s and %s (or their _FILE)", cc.Name, env("APP_CERT"), env("ROOT_CERT"))
+	}
+	var alipayCert []byte
+	for rest := []byte(cc.Secret); ; {
+		block, next := pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" {
+			alipayCert = pem.EncodeToMemory(block)
+			break
+		}
+		rest = next
+	}
+	if alipayCert == nil {
+		return fmt.Errorf("channel %s: %s is set: %s must hold Alipay's public key certificate (alipayCertPublicKey_RSA2.crt) as PEM",
+			cc.Name, env("APP_CERT"), cc.SecretVar)
+	}
+	qc.AppCert, qc.RootCert, qc.AlipayCert = []byte(app), []byte(root), alipayCert
+	return nil
 }
 
 // apiURL is the channel's EDGE_CHANNEL_<C>_API_URL ("" for the channel's

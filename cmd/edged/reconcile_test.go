@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-pay/gopay/alipay"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
@@ -655,5 +656,56 @@ func TestCloseAsksTheChannelFirst(t *testing.T) {
 	putOrder(t, a.AdminAddr(), "CL-ANY", "")
 	if code, body, _ := closeOrder("CL-ANY", `{"event":"CLOSE","request_id":"c5"}`); code != 200 || status("CL-ANY") != "CLOSED" {
 		t.Errorf("close of an order no channel knows: %d %s; want 200", code, body)
+	}
+}
+
+// An Alipay app in public-key certificate mode: the channel's secret is
+// Alipay's public key certificate, EDGE_CHANNEL_ALI_APP_CERT and _ROOT_CERT
+// the app's and the root's. Callbacks verify with the certificate; queries
+// carry app_cert_sn and alipay_root_cert_sn, and their answers (which carry
+// alipay_cert_sn) verify: a paid order is applied.
+func TestAlipayCertificateModeQueries(t *testing.T) {
+	r := newReconcileRig(t)
+	app, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := channeltest.NewAlipayCertificates(&app.PublicKey, &r.ali.Key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appSN, _ := alipay.GetCertSN(certs.App)
+	rootSN, _ := alipay.GetRootCertSN(certs.Root)
+	aliSN, _ := alipay.GetCertSN(certs.Alipay)
+	fake := querytest.NewAlipayFake(querytest.AlipayFakeConfig{AppID: rcAliApp, AppKey: &app.PublicKey, Alipay: r.ali,
+		AppCertSN: appSN, RootCertSN: rootSN, AlipayCertSN: aliSN})
+	t.Cleanup(fake.Close)
+	env := slices.DeleteFunc(slices.Clone(r.env), func(v string) bool {
+		return strings.HasPrefix(v, "EDGE_SECRET_ALI=") || strings.HasPrefix(v, "EDGE_CHANNEL_ALI_APP_PRIVATE_KEY=") ||
+			strings.HasPrefix(v, "EDGE_CHANNEL_ALI_API_URL=")
+	})
+	env = append(env, "EDGE_SECRET_ALI="+string(certs.Alipay),
+		"EDGE_CHANNEL_ALI_APP_PRIVATE_KEY="+base64.StdEncoding.EncodeToString(x509.MarshalPKCS1PrivateKey(app)),
+		"EDGE_CHANNEL_ALI_API_URL="+fake.GatewayURL(),
+		"EDGE_CHANNEL_ALI_APP_CERT="+string(certs.App), "EDGE_CHANNEL_ALI_ROOT_CERT="+string(certs.Root))
+	a := startNode(t, nil, env, io.Discard)
+	putOrder(t, a.AdminAddr(), "ALI-CERT-1", "ali")
+	fake.SetTrade("ALI-CERT-1", querytest.Trade{State: "TRADE_SUCCESS", TxnID: "2026120422001400000000CERT1", Amount: rcAmount})
+	code, body := adminDo(t, rcOrders, "POST", "http://"+a.AdminAddr()+"/orders/ALI-CERT-1/reconcile", "")
+	if code != 200 || !strings.Contains(body, `"outcome":"applied"`) || !strings.Contains(body, `"status":"PAID"`) {
+		t.Fatalf("a query in certificate mode: %d %s", code, body)
+	}
+	// Only one of the two files: refused at start, naming both.
+	half := slices.DeleteFunc(slices.Clone(env), func(v string) bool { return strings.HasPrefix(v, "EDGE_CHANNEL_ALI_ROOT_CERT=") })
+	cfg, err := ParseConfig([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0"}, half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMain(cfg)
+	m.Logger = slog.New(slog.DiscardHandler)
+	err = m.Run(context.Background())
+	m.Close()
+	if err == nil || !strings.Contains(err.Error(), "EDGE_CHANNEL_ALI_ROOT_CERT") {
+		t.Errorf("the app certificate without the root one: %v", err)
 	}
 }

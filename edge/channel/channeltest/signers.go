@@ -15,6 +15,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net/url"
@@ -155,4 +156,47 @@ func (s *AlipaySigner) Notify(params map[string]string) ([]byte, error) {
 	form.Set("sign_type", "RSA2")
 	form.Set("sign", base64.StdEncoding.EncodeToString(sig))
 	return []byte(form.Encode()), nil
+}
+
+// AlipayCertificates are the public-key certificate mode's files, PEM:
+// Alipay's root certificate (alipayRootCert.crt), the app's public key
+// certificate (appCertPublicKey_<app id>.crt) and Alipay's
+// (alipayCertPublicKey_RSA2.crt), both issued by the root.
+type AlipayCertificates struct {
+	Root, App, Alipay []byte
+}
+
+// NewAlipayCertificates issues the certificate mode's files for the app's
+// and Alipay's public keys, under a root of its own.
+func NewAlipayCertificates(app, alipay *rsa.PublicKey) (AlipayCertificates, error) {
+	rootKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return AlipayCertificates{}, err
+	}
+	now := time.Now()
+	root := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Ant Financial Certification Authority Root"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	rootDER, err := x509.CreateCertificate(rand.Reader, root, root, &rootKey.PublicKey, rootKey)
+	if err != nil {
+		return AlipayCertificates{}, err
+	}
+	issue := func(serial int64, cn string, pub *rsa.PublicKey) ([]byte, error) {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour)}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, root, pub, rootKey)
+		if err != nil {
+			return nil, err
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+	}
+	var c AlipayCertificates
+	c.Root = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rootDER})
+	if c.App, err = issue(2, "2021000000000001", app); err != nil {
+		return c, err
+	}
+	if c.Alipay, err = issue(3, "支付宝(中国)网络技术有限公司", alipay); err != nil {
+		return c, err
+	}
+	return c, nil
 }

@@ -34,6 +34,12 @@ type AlipayConfig struct {
 	// SellerID is put into the stored body when set: Alipay's answer is
 	// scoped to our app, so the seller is ours.
 	SellerID string
+	// AppCert, RootCert and AlipayCert are the public-key-certificate
+	// mode's certificates (PEM): the app's public key certificate, Alipay's
+	// root certificate, and Alipay's public key certificate (whose key is
+	// among PublicKeys). With AppCert set, every request carries
+	// app_cert_sn and alipay_root_cert_sn, as Alipay requires in that mode.
+	AppCert, RootCert, AlipayCert []byte
 	// BaseURL is the full gateway URL (default
 	// "https://openapi.alipay.com/gateway.do").
 	BaseURL string
@@ -121,6 +127,17 @@ func NewAlipay(cfg AlipayConfig) (*Alipay, error) {
 		return nil, errors.New("alipay query: gopay refused the app private key") // its error quotes the key
 	}
 	client.DebugSwitch = gopay.DebugOff // its debug log prints requests, answers and signed content
+	if len(cfg.AppCert) > 0 {
+		if len(cfg.RootCert) == 0 || len(cfg.AlipayCert) == 0 {
+			return nil, errors.New("alipay query: certificate mode needs the app certificate, Alipay's root certificate and Alipay's public key certificate")
+		}
+		// gopay computes the serial numbers Alipay expects (app_cert_sn,
+		// alipay_root_cert_sn: the root chain's RSA certificates) and sends
+		// them with every request.
+		if err := client.SetCertSnByContent(cfg.AppCert, cfg.RootCert, cfg.AlipayCert); err != nil {
+			return nil, fmt.Errorf("alipay query: certificate mode: %w", err)
+		}
+	}
 	client.SetLocation(alipayZone)
 	// gopay's default HTTP client skips TLS verification: replace it
 	// whole, transport included.
@@ -141,7 +158,7 @@ func (a *Alipay) Query(ctx context.Context, orderNo string) (Answer, error) {
 	defer cancel()
 	raw := &capture{}
 	ctx = context.WithValue(ctx, captureKey{}, raw)
-	rsp, err := a.client.TradeQuery(ctx, make(gopay.BodyMap).Set("out_trade_no", orderNo))
+	_, err := a.client.TradeQuery(ctx, make(gopay.BodyMap).Set("out_trade_no", orderNo))
 	if err != nil {
 		if bizErr, ok := alipay.IsBizError(err); ok {
 			return a.refused(orderNo, bizErr, raw.body)
@@ -151,15 +168,21 @@ func (a *Alipay) Query(ctx context.Context, orderNo string) (Answer, error) {
 		}
 		return Answer{}, fmt.Errorf("alipay query %s: %w", orderNo, err)
 	}
-	// gopay does not verify unless given a certificate; it extracts the
-	// signed text (SignData) and the signature, and VerifySyncSign checks
-	// them. The fields are then read from the verified text itself, not
-	// from gopay's decoding of the whole body.
-	if err := a.verify(rsp.SignData, rsp.Sign); err != nil {
+	// The signed text is taken from the raw answer, the response member
+	// exactly as sent, and checked with gopay's VerifySyncSign: gopay's own
+	// extraction (SignData) finds nothing when the answer carries
+	// alipay_cert_sn (certificate mode) unless gopay verifies it itself.
+	// The fields are then read from the verified text, not from gopay's
+	// decoding of the whole body.
+	content, sign, serr := alipaySigned(raw.body, "alipay_trade_query_response")
+	if serr != nil {
+		return Answer{}, fmt.Errorf("alipay query %s: %w: %v", orderNo, ErrUnverified, serr)
+	}
+	if err := a.verify(content, sign); err != nil {
 		return Answer{}, fmt.Errorf("alipay query %s: %w", orderNo, err)
 	}
 	var t alipay.TradeQuery
-	if err := json.Unmarshal([]byte(rsp.SignData), &t); err != nil {
+	if err := json.Unmarshal([]byte(content), &t); err != nil {
 		return Answer{}, fmt.Errorf("alipay query %s: the signed answer does not decode: %w", orderNo, err)
 	}
 	switch {
@@ -177,6 +200,12 @@ func (a *Alipay) Query(ctx context.Context, orderNo string) (Answer, error) {
 	case "WAIT_BUYER_PAY":
 		return Answer{State: Pending, ChannelState: t.TradeStatus}, nil
 	case "TRADE_CLOSED":
+		// Closed unpaid, or paid and then refunded in full: a trade that
+		// was paid says when (send_pay_date) and has its trade_no. Such a
+		// trade is never applied as a payment.
+		if t.SendPayDate != "" && t.TradeNo != "" && t.TotalAmount != "" {
+			return Answer{State: Refunded, ChannelState: t.TradeStatus, Body: a.storedBody(&t)}, nil
+		}
 		return Answer{State: Closed, ChannelState: t.TradeStatus}, nil
 	}
 	return Answer{}, fmt.Errorf("alipay query %s: unexpected trade_status %q", orderNo, printable(t.TradeStatus))

@@ -13,6 +13,7 @@ import (
 	"github.com/go-pay/gopay/alipay"
 
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 	"github.com/notifyedge/notifyedge/edge/reconcile/query"
 	"github.com/notifyedge/notifyedge/edge/reconcile/query/querytest"
 )
@@ -85,6 +86,72 @@ func TestAlipayStates(t *testing.T) {
 	}
 	if n := e.fake.Requests(); n != len(cases)+1 {
 		t.Errorf("the fake counted %d requests, want %d", n, len(cases)+1)
+	}
+	// Closed after it was paid (refunded in full): the answer says when
+	// it was paid. Refunded, with the body its review keeps.
+	e.fake.SetTrade("ALI-REFUNDED", querytest.Trade{State: "TRADE_CLOSED", WasPaid: true, TxnID: "2026120322001400000000REFND", Amount: 1999})
+	a = mustAnswer(t, e.q, "ALI-REFUNDED")
+	if a.State != query.Refunded || a.ChannelState != "TRADE_CLOSED" || a.Body == nil {
+		t.Fatalf("paid, then closed: %+v", a)
+	}
+	if d := redrive(t, e.ch, a.Body); string(d.OrderNo) != "ALI-REFUNDED" || d.Amount != 1999 {
+		t.Errorf("its body maps to order %s amount %d", d.OrderNo, d.Amount)
+	}
+}
+
+// Public-key certificate mode: every request carries app_cert_sn and
+// alipay_root_cert_sn (gopay computes them from the certificates), and an
+// answer that carries alipay_cert_sn verifies. Without the certificates
+// the fake refuses the request, as Alipay does.
+func TestAlipayCertificateMode(t *testing.T) {
+	k := keys()
+	certs, err := channeltest.NewAlipayCertificates(&k.app.PublicKey, &k.alipay.Key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appSN, err := alipay.GetCertSN(certs.App)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootSN, err := alipay.GetRootCertSN(certs.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alipaySN, err := alipay.GetCertSN(certs.Alipay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := querytest.NewAlipayFake(querytest.AlipayFakeConfig{AppID: aliAppID, AppKey: &k.app.PublicKey, Alipay: k.alipay,
+		AppCertSN: appSN, RootCertSN: rootSN, AlipayCertSN: alipaySN})
+	t.Cleanup(fake.Close)
+	base := query.AlipayConfig{AppID: aliAppID, AppPrivateKey: pkcs1Base64(k.app), PublicKeys: []*rsa.PublicKey{&k.alipay.Key.PublicKey},
+		SellerID: aliSellerID, BaseURL: fake.GatewayURL(), Timeout: 10 * time.Second}
+	fake.SetTrade("ALI-CERT", querytest.Trade{State: "TRADE_SUCCESS", TxnID: "2026120322001400000000CERT1", Amount: 1999})
+
+	plain, err := query.NewAlipay(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = queryNow(t, plain, "ALI-CERT")
+	wantFailure(t, "no certificates", query.Answer{}, err, "isv.invalid-app-cert-sn")
+
+	withCerts := base
+	withCerts.AppCert, withCerts.RootCert, withCerts.AlipayCert = certs.App, certs.Root, certs.Alipay
+	q, err := query.NewAlipay(withCerts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := mustAnswer(t, q, "ALI-CERT"); a.State != query.Paid {
+		t.Fatalf("certificate mode: %+v", a)
+	}
+	fake.SetBadSignature(true)
+	a, err := queryNow(t, q, "ALI-CERT")
+	wantUnverified(t, "certificate mode, a forged answer", a, err)
+
+	half := withCerts
+	half.RootCert = nil
+	if _, err := query.NewAlipay(half); err == nil || !strings.Contains(err.Error(), "root certificate") {
+		t.Errorf("an app certificate without the root one: %v", err)
 	}
 }
 

@@ -39,14 +39,15 @@ const (
 	// Paid: WeChat trade_state SUCCESS; Alipay TRADE_SUCCESS or
 	// TRADE_FINISHED.
 	Paid State = "paid"
-	// Refunded: paid, then refunded at the channel: WeChat REFUND. Never
-	// applied as a payment.
+	// Refunded: paid, then refunded at the channel: WeChat REFUND; Alipay
+	// TRADE_CLOSED whose answer says when it was paid (send_pay_date).
+	// Never applied as a payment.
 	Refunded State = "refunded"
 	// Pending: not paid yet. WeChat NOTPAY, USERPAYING, PAYERROR; Alipay
 	// WAIT_BUYER_PAY.
 	Pending State = "pending"
-	// Closed: WeChat CLOSED, REVOKED; Alipay TRADE_CLOSED (which Alipay
-	// also reports for a paid trade refunded in full).
+	// Closed: WeChat CLOSED, REVOKED; Alipay TRADE_CLOSED of a trade never
+	// paid.
 	Closed State = "closed"
 	// NotFound: the channel has no such order. WeChat HTTP 404
 	// ORDER_NOT_EXIST; Alipay 40004 ACQ.TRADE_NOT_EXIST.

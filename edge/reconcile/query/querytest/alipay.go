@@ -30,6 +30,12 @@ type AlipayFakeConfig struct {
 	Alipay *channeltest.AlipaySigner
 	// TLS serves https with a self-signed certificate.
 	TLS bool
+	// AppCertSN and RootCertSN, when set, put the fake in public-key
+	// certificate mode: every request must carry them as app_cert_sn and
+	// alipay_root_cert_sn (40002 isv.invalid-app-cert-sn otherwise), and
+	// every answer carries AlipayCertSN as alipay_cert_sn, between the
+	// response and the sign, as Alipay writes it.
+	AppCertSN, RootCertSN, AlipayCertSN string
 }
 
 // AlipayFake serves Alipay's gateway for alipay.trade.query and
@@ -120,6 +126,9 @@ func (f *AlipayFake) serve(w http.ResponseWriter, r *http.Request) {
 	case !recent(get("timestamp")):
 		f.answer(w, invalid("isv.invalid-timestamp", "非法的时间戳参数"), false)
 		return
+	case f.cfg.AppCertSN != "" && (get("app_cert_sn") != f.cfg.AppCertSN || get("alipay_root_cert_sn") != f.cfg.RootCertSN):
+		f.answer(w, invalid("isv.invalid-app-cert-sn", "应用公钥证书序列号不匹配"), false)
+		return
 	}
 	if get("method") == BillMethod {
 		f.billURL(w, get("biz_content"))
@@ -142,7 +151,7 @@ func (f *AlipayFake) serve(w http.ResponseWriter, r *http.Request) {
 	a := alipayAnswer{Code: "10000", Msg: "Success", BuyerLogonID: cmp.Or(t.BuyerLogonID, "159****5620"),
 		OutTradeNo: cmp.Or(t.OutTradeNo, biz.OutTradeNo), TotalAmount: cmp.Or(t.AmountText, yuan(t.Amount)),
 		TradeNo: t.TxnID, TradeStatus: t.State, BuyerPayAmount: "0.00", InvoiceAmount: "0.00", PointAmount: "0.00", ReceiptAmount: "0.00"}
-	if t.State == "TRADE_SUCCESS" || t.State == "TRADE_FINISHED" {
+	if t.State == "TRADE_SUCCESS" || t.State == "TRADE_FINISHED" || t.State == "TRADE_CLOSED" && t.WasPaid {
 		a.SendPayDate = t.PaidAt.In(beijing).Format("2006-01-02 15:04:05")
 		a.BuyerPayAmount, a.InvoiceAmount, a.ReceiptAmount = a.TotalAmount, a.TotalAmount, a.TotalAmount
 	}
@@ -225,6 +234,9 @@ func (f *AlipayFake) answerAs(w http.ResponseWriter, name string, a any, signed 
 	var b strings.Builder
 	b.WriteString(`{"` + name + `":`)
 	b.Write(obj)
+	if f.cfg.AlipayCertSN != "" {
+		b.WriteString(`,"alipay_cert_sn":"` + f.cfg.AlipayCertSN + `"`)
+	}
 	if signed {
 		f.smu.Lock()
 		s := f.signer

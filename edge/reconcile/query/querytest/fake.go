@@ -42,6 +42,9 @@ type Trade struct {
 	// OutTradeNo, when set, is the order number the answer names instead
 	// of the one asked about: an answer about another order.
 	OutTradeNo string
+	// WasPaid marks an Alipay TRADE_CLOSED trade that was paid and then
+	// refunded in full: its answer says when it was paid (send_pay_date).
+	WasPaid bool
 }
 
 // fake is the part both fakes share: the trades, the failure switches, the
