@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/notifyedge/notifyedge/bench/procstat"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
@@ -60,7 +61,12 @@ type BillsRow struct {
 	// PeakBeforeMiB is edged's VmHWM before the run, PeakAfterMiB after.
 	PeakBeforeMiB float64 `json:"peak_before_mib"`
 	PeakAfterMiB  float64 `json:"peak_after_mib"`
-	// Categories are the run's counts; Items how many items it holds.
+	// EdgedCPUus and PostgresCPUus are the processes' CPU per statement
+	// row during the run, in microseconds (/proc: utime+stime, Postgres
+	// with its backends).
+	EdgedCPUus    float64 `json:"edged_cpu_us_per_row"`
+	PostgresCPUus float64 `json:"postgres_cpu_us_per_row"`
+	// Categories are the run's counts.
 	Categories map[string]int `json:"categories"`
 	// LoadAvg is /proc/loadavg after the run: what else ran.
 	LoadAvg string `json:"loadavg"`
@@ -199,6 +205,17 @@ func runBills(ctx context.Context, cluster *pgtemp.Cluster, edgedBin string, n, 
 	}
 	row.PeakBeforeMiB = peakRSSMiB(proc.pid)
 
+	pgPID := postmasterPID(ctx, db)
+	ticks := func() (edged, pg uint64) {
+		procs, err := readAllProcStats()
+		if err != nil {
+			return 0, 0
+		}
+		edged, _ = treeTicks(procs, proc.pid)
+		pg, _ = treeTicks(procs, pgPID)
+		return edged, pg
+	}
+	e0, p0 := ticks()
 	fmt.Fprintf(progress, "bills %d: POST /bills/wx/%s\n", n, date)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+adm+"/bills/wx/"+date, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -212,6 +229,9 @@ func runBills(ctx context.Context, cluster *pgtemp.Cluster, edgedBin string, n, 
 	row.Seconds = time.Since(start).Seconds()
 	row.RowsPerSec = float64(n) / row.Seconds
 	row.PeakAfterMiB = peakRSSMiB(proc.pid)
+	e1, p1 := ticks()
+	us := 1e6 / float64(procstat.ClockTicks()) / float64(n)
+	row.EdgedCPUus, row.PostgresCPUus = float64(e1-e0)*us, float64(p1-p0)*us
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		row.LoadAvg = strings.TrimSpace(string(la))
 	}
@@ -276,10 +296,11 @@ func clipText(s string) string {
 // Table renders the report.
 func (r BillsReport) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%10s %9s %9s %9s %12s %16s %9s %13s  %s\n", "rows", "file MiB", "seed s", "run s", "rows/s", "edged peak MiB", "matched", "channel_only", "loadavg")
+	fmt.Fprintf(&b, "%10s %9s %9s %9s %12s %16s %14s %14s %9s %13s  %s\n", "rows", "file MiB", "seed s", "run s", "rows/s", "edged peak MiB",
+		"edged µs/row", "postgres µs/row", "matched", "channel_only", "loadavg")
 	for _, x := range r.Rows {
-		fmt.Fprintf(&b, "%10d %9.1f %9.1f %9.2f %12.0f %7.0f -> %5.0f %9d %13d  %s\n", x.Rows, x.FileMiB, x.SeedSeconds, x.Seconds, x.RowsPerSec,
-			x.PeakBeforeMiB, x.PeakAfterMiB, x.Categories[durable.BillMatched], x.Categories[durable.BillChannelOnly], x.LoadAvg)
+		fmt.Fprintf(&b, "%10d %9.1f %9.1f %9.2f %12.0f %7.0f -> %5.0f %14.2f %14.2f %9d %13d  %s\n", x.Rows, x.FileMiB, x.SeedSeconds, x.Seconds, x.RowsPerSec,
+			x.PeakBeforeMiB, x.PeakAfterMiB, x.EdgedCPUus, x.PostgresCPUus, x.Categories[durable.BillMatched], x.Categories[durable.BillChannelOnly], x.LoadAvg)
 	}
 	return b.String()
 }
