@@ -204,6 +204,9 @@ func TestBillsTwoNodes(t *testing.T) {
 		}
 	}
 	check("first")
+	if _, body := adminDo(t, "admin-token", "GET", "http://"+b.AdminAddr()+"/bills/wx/"+date, ""); testing.Verbose() {
+		t.Logf("GET /bills/wx/%s:\n%s", date, body)
+	}
 	if got := r.scalar(t, `SELECT refunded_amount FROM biz_order WHERE order_no = 'ALI-LOST-RF'`); got != 700 {
 		t.Errorf("ALI-LOST-RF refunded %d, want 700", got)
 	}
