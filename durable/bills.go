@@ -101,6 +101,9 @@ type BillRun struct {
 	// Categories counts rows and entries by category.
 	Categories map[string]int `json:"categories"`
 	Items      []BillItem     `json:"items,omitempty"`
+	// ItemsTruncated: the run has more than MaxBillItems items; Items
+	// holds the first.
+	ItemsTruncated bool `json:"items_truncated,omitempty"`
 }
 
 // BillItem is a bill row or ledger entry that did not match.
@@ -117,6 +120,9 @@ type BillItem struct {
 	// TradeTotal is the trade's total, for a refund's repair (a refund's
 	// callback states it).
 	TradeTotal *int64 `json:"trade_total,omitempty"`
+	// RefundedThrough is, for a refund, the trade's refunds in the stored
+	// statements up to and with this one: Alipay's refund_fee.
+	RefundedThrough *int64 `json:"refunded_through,omitempty"`
 	// Refunded: a payment the channel refunded too (never applied).
 	Refunded   bool   `json:"refunded_at_channel,omitempty"`
 	RecordedOn string `json:"recorded_on,omitempty"`
@@ -179,6 +185,12 @@ func (s *Store) CompareBill(ctx context.Context, channel string, day BillDay, ne
 		return run, wrap(ctx, "bill: begin", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	// The rows stream from the channel's connection into one COPY, and
+	// the comparison reads a day of the ledger: neither fits the operator
+	// pool's statement timeout. ctx bounds them instead.
+	if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		return run, wrap(ctx, "bill: statement timeout", err)
+	}
 	date := day.Date
 	if _, err := tx.Exec(ctx, `DELETE FROM bill_row WHERE channel = $1 AND (bill_date = $2 OR bill_date < $2::date - $3::int)`,
 		channel, date, billRowsKept); err != nil {
@@ -244,7 +256,10 @@ func (s *Store) CompareBill(ctx context.Context, channel string, day BillDay, ne
 }
 
 // sqlBillPayments: the day's payment rows whose trade paid no order
-// (channel_only) or an order of another amount (amount_mismatch).
+// (channel_only) or an order of another amount (amount_mismatch). A trade
+// a callback delivered that paid no order (a duplicate payment, a payment
+// after close: its claim, or its review, records it) is recorded here: it
+// counts as matched, for its review says the rest.
 const sqlBillPayments = `
 INSERT INTO bill_item (channel, bill_date, category, kind, trade, order_no, bill_amount, ledger_amount, refunded)
 SELECT @channel::text, @date::date, CASE WHEN o.order_no IS NULL THEN 'channel_only' ELSE 'amount_mismatch' END, 'payment',
@@ -255,27 +270,38 @@ SELECT @channel::text, @date::date, CASE WHEN o.order_no IS NULL THEN 'channel_o
   FROM bill_row r LEFT JOIN biz_order o ON o.paid_by = @prefix::text || r.trade
  WHERE r.channel = @channel::text AND r.bill_date = @date::date AND r.kind = 'P'
    AND (o.order_no IS NULL OR o.amount <> r.amount)
+   AND NOT (o.order_no IS NULL AND (
+           EXISTS (SELECT 1 FROM notify_claim c WHERE c.biz_key = @prefix::text || r.trade || ':PAY_SUCCESS' AND c.claim_state = 'DONE')
+        OR EXISTS (SELECT 1 FROM notify_review v WHERE v.biz_key = @prefix::text || r.trade || ':PAY_SUCCESS'
+                      AND v.reason IN ('DUPLICATE_PAYMENT', 'PAID_AFTER_CLOSE'))))
  ORDER BY r.line`
 
 // sqlBillRefunds: the day's refund rows not recorded (channel_only) or
 // recorded with another amount (amount_mismatch). A refund's repair
-// needs the trade's total: the row's own, else the order it paid, else the
-// trade's payment row, else the order the row names.
+// needs the trade's total (the row's own, else the order it paid, else the
+// trade's payment row, else the order the row names) and, for a channel
+// that states refunds as the trade's running total (Alipay's refund_fee),
+// the sum of the trade's refunds in the stored statements up to this one.
 const sqlBillRefunds = `
-INSERT INTO bill_item (channel, bill_date, category, kind, trade, refund_id, order_no, bill_amount, ledger_amount, trade_total)
+INSERT INTO bill_item (channel, bill_date, category, kind, trade, refund_id, order_no, bill_amount, ledger_amount, trade_total, refunded_through)
 SELECT @channel::text, @date::date, CASE WHEN t.trade IS NULL THEN 'channel_only' ELSE 'amount_mismatch' END, 'refund',
        @prefix::text || r.trade, r.refund_id, coalesce(t.order_no, r.order_no), r.amount, t.amount,
        coalesce(nullif(r.trade_total, 0),
                 (SELECT o.amount FROM biz_order o WHERE o.paid_by = @prefix::text || r.trade),
                 (SELECT p.amount FROM bill_row p WHERE p.channel = @channel::text AND p.trade = r.trade AND p.kind = 'P' LIMIT 1),
-                (SELECT o.amount FROM biz_order o WHERE o.order_no = r.order_no))
+                (SELECT o.amount FROM biz_order o WHERE o.order_no = r.order_no)),
+       (SELECT sum(x.amount) FROM bill_row x WHERE x.channel = @channel::text AND x.trade = r.trade AND x.kind = 'R'
+           AND (x.bill_date, x.line) <= (r.bill_date, r.line))
   FROM bill_row r LEFT JOIN trade_refund t ON t.trade = @prefix::text || r.trade AND t.refund_id = r.refund_id
  WHERE r.channel = @channel::text AND r.bill_date = @date::date AND r.kind = 'R'
    AND (t.trade IS NULL OR t.amount <> r.amount)
  ORDER BY r.line`
 
 // sqlBillLedgerPayments: payments recorded the day before, in none of the
-// bills of the day before it to this one, and not repaired by a bill.
+// bills of the day before it to this one, and not repaired by a bill. Only
+// once those bills were compared (their runs ok, their rows still stored:
+// a day re-run long after is not judged against pruned neighbours);
+// otherwise the entries are left unjudged rather than called missing.
 const sqlBillLedgerPayments = `
 INSERT INTO bill_item (channel, bill_date, category, kind, trade, order_no, ledger_amount, recorded_on)
 SELECT @channel::text, @date::date, 'ledger_only', 'payment', o.paid_by, o.order_no, o.amount, (o.paid_at AT TIME ZONE @zone::text)::date
@@ -284,9 +310,13 @@ SELECT @channel::text, @date::date, 'ledger_only', 'payment', o.paid_by, o.order
    AND NOT EXISTS (SELECT 1 FROM bill_row r WHERE r.channel = @channel::text AND r.trade = substr(o.paid_by, length(@prefix::text) + 1)
                       AND r.kind = 'P' AND r.bill_date BETWEEN @date::date - 2 AND @date::date)
    AND NOT EXISTS (SELECT 1 FROM bill_item i WHERE i.category = 'channel_only' AND i.trade = o.paid_by AND i.refund_id = '')
+   AND EXISTS (SELECT 1 FROM bill_run b WHERE b.channel = @channel::text AND b.bill_date = @date::date - 1 AND b.state = 'ok')
+   AND EXISTS (SELECT 1 FROM bill_run b WHERE b.channel = @channel::text AND b.bill_date = @date::date - 2 AND b.state = 'ok')
+   AND @date::date >= (SELECT max(x.bill_date) FROM bill_row x WHERE x.channel = @channel::text) - 5
  ORDER BY o.paid_at`
 
-// sqlBillLedgerRefunds: the same for refunds.
+// sqlBillLedgerRefunds: the same for refunds; a refund recorded without a
+// channel refund id can match no statement row and is never judged.
 const sqlBillLedgerRefunds = `
 INSERT INTO bill_item (channel, bill_date, category, kind, trade, refund_id, order_no, ledger_amount, recorded_on)
 SELECT @channel::text, @date::date, 'ledger_only', 'refund', t.trade, t.refund_id, t.order_no, t.amount, (t.created_at AT TIME ZONE @zone::text)::date
@@ -295,6 +325,10 @@ SELECT @channel::text, @date::date, 'ledger_only', 'refund', t.trade, t.refund_i
    AND NOT EXISTS (SELECT 1 FROM bill_row r WHERE r.channel = @channel::text AND r.trade = substr(t.trade, length(@prefix::text) + 1)
                       AND r.kind = 'R' AND r.refund_id = t.refund_id AND r.bill_date BETWEEN @date::date - 2 AND @date::date)
    AND NOT EXISTS (SELECT 1 FROM bill_item i WHERE i.category = 'channel_only' AND i.trade = t.trade AND i.refund_id = t.refund_id)
+   AND t.refund_id <> ''
+   AND EXISTS (SELECT 1 FROM bill_run b WHERE b.channel = @channel::text AND b.bill_date = @date::date - 1 AND b.state = 'ok')
+   AND EXISTS (SELECT 1 FROM bill_run b WHERE b.channel = @channel::text AND b.bill_date = @date::date - 2 AND b.state = 'ok')
+   AND @date::date >= (SELECT max(x.bill_date) FROM bill_row x WHERE x.channel = @channel::text) - 5
  ORDER BY t.created_at`
 
 // sqlBillSides counts the bill's rows and the ledger's entries of the day,
@@ -324,7 +358,7 @@ SELECT b.np, b.sp, b.nr, b.sr,
 // order; pendingOnly keeps those not acted on yet.
 func (s *Store) BillItems(ctx context.Context, channel string, day BillDay, after int64, limit int, pendingOnly bool) ([]BillItem, error) {
 	rows, err := s.ops.Query(ctx, `
-SELECT id, category, kind, trade, refund_id, order_no, bill_amount, ledger_amount, trade_total, refunded,
+SELECT id, category, kind, trade, refund_id, order_no, bill_amount, ledger_amount, trade_total, refunded_through, refunded,
        coalesce(to_char(recorded_on, 'YYYY-MM-DD'), ''), action, detail
   FROM bill_item WHERE channel = $1 AND bill_date = $2 AND id > $3 AND (NOT $5 OR action = '')
  ORDER BY id LIMIT $4`, channel, day.Date, after, limit, pendingOnly)
@@ -334,7 +368,7 @@ SELECT id, category, kind, trade, refund_id, order_no, bill_amount, ledger_amoun
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BillItem, error) {
 		var it BillItem
 		err := r.Scan(&it.ID, &it.Category, &it.Kind, &it.Trade, &it.RefundID, &it.OrderNo, &it.BillAmount,
-			&it.LedgerAmount, &it.TradeTotal, &it.Refunded, &it.RecordedOn, &it.Action, &it.Detail)
+			&it.LedgerAmount, &it.TradeTotal, &it.RefundedThrough, &it.Refunded, &it.RecordedOn, &it.Action, &it.Detail)
 		return it, err
 	})
 	if err != nil {
@@ -423,8 +457,8 @@ func (s *Store) BillRuns(ctx context.Context, q BillRunQuery) ([]BillRun, error)
 	return runs, nil
 }
 
-// BillRunOf returns the run of channel and day with every item;
-// ErrNoBillRun when there is none.
+// BillRunOf returns the run of channel and day with its items (the first
+// MaxBillItems); ErrNoBillRun when there is none.
 func (s *Store) BillRunOf(ctx context.Context, channel string, day BillDay) (BillRun, error) {
 	rows, err := s.ops.Query(ctx, `SELECT `+sqlBillRunColumns+` FROM bill_run WHERE channel = $1 AND bill_date = $2`, channel, day.Date)
 	if err != nil {
@@ -446,9 +480,16 @@ func (s *Store) BillRunOf(ctx context.Context, channel string, day BillDay) (Bil
 		if len(items) < 1000 {
 			return run, nil
 		}
+		if len(run.Items) >= MaxBillItems {
+			run.ItemsTruncated = true
+			return run, nil
+		}
 		after = items[len(items)-1].ID
 	}
 }
+
+// MaxBillItems is the most items BillRunOf returns with a run.
+const MaxBillItems = 10_000
 
 // BillRunState returns the state of channel's run of day ("" when the
 // day has none).
@@ -462,15 +503,6 @@ func (s *Store) BillRunState(ctx context.Context, channel string, day BillDay) (
 		return "", wrap(ctx, "bill run state", err)
 	}
 	return state, nil
-}
-
-// TradeRefunded returns the sum of trade's recorded refunds.
-func (s *Store) TradeRefunded(ctx context.Context, trade string) (int64, error) {
-	var sum int64
-	if err := s.ops.QueryRow(ctx, `SELECT coalesce(sum(amount), 0) FROM trade_refund WHERE trade = $1`, trade).Scan(&sum); err != nil {
-		return 0, wrap(ctx, "trade refunded", err)
-	}
-	return sum, nil
 }
 
 // BillGauge is what a channel's bills say at the moment: when its last ok

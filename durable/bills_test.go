@@ -101,6 +101,16 @@ func TestCompareBillCategories(t *testing.T) {
 	// channel_only: the orders exist, unpaid here.
 	b.order(t, "o-cb", durable.PendingPay, 1500, "CNY")
 	b.order(t, "o-rf", durable.PendingPay, 2000, "CNY")
+	// A duplicate payment of o-match whose callback came (its claim
+	// records it): recorded here, so matched. A refund recorded on D-1
+	// without a channel refund id: never judged.
+	ctx0 := context.Background()
+	if _, err := b.db.Exec(ctx0, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state) VALUES ('test:dup:PAY_SUCCESS', 'o-match', repeat('0', 64), 'DONE')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec(ctx0, `INSERT INTO trade_refund (trade, refund_id, order_no, amount, created_at) VALUES ('test:late', '', 'o-late', 100, $1)`, at("2026-12-04", "12:00:00")); err != nil {
+		t.Fatal(err)
+	}
 
 	rows := []durable.BillRow{
 		{Kind: 'P', Trade: "m1", OrderNo: "o-match", Amount: 1000},
@@ -111,25 +121,40 @@ func TestCompareBillCategories(t *testing.T) {
 		{Kind: 'P', Trade: "cb", OrderNo: "o-cb", Amount: 1500},                    // a lost payment
 		{Kind: 'P', Trade: "rf", OrderNo: "o-rf", Amount: 2000},                    // paid...
 		{Kind: 'R', Trade: "rf", RefundID: "rf-rf", OrderNo: "o-rf", Amount: 2000}, // ...and refunded
+		{Kind: 'P', Trade: "dup", OrderNo: "o-match", Amount: 1000},                // a duplicate payment, on record
 	}
 	want := []durable.BillItem{
 		{Category: "amount_mismatch", Kind: "payment", Trade: "test:d1", OrderNo: "o-diff", BillAmount: ptr(700), LedgerAmount: ptr(800)},
 		{Category: "channel_only", Kind: "payment", Trade: "test:cb", OrderNo: "o-cb", BillAmount: ptr(1500)},
 		{Category: "channel_only", Kind: "payment", Trade: "test:rf", OrderNo: "o-rf", BillAmount: ptr(2000), Refunded: true},
-		{Category: "channel_only", Kind: "refund", Trade: "test:m1", RefundID: "rf-m1b", OrderNo: "o-match", BillAmount: ptr(200), TradeTotal: ptr(1000)},
-		{Category: "channel_only", Kind: "refund", Trade: "test:rf", RefundID: "rf-rf", OrderNo: "o-rf", BillAmount: ptr(2000), TradeTotal: ptr(2000)},
+		{Category: "channel_only", Kind: "refund", Trade: "test:m1", RefundID: "rf-m1b", OrderNo: "o-match", BillAmount: ptr(200), TradeTotal: ptr(1000), RefundedThrough: ptr(500)},
+		{Category: "channel_only", Kind: "refund", Trade: "test:rf", RefundID: "rf-rf", OrderNo: "o-rf", BillAmount: ptr(2000), TradeTotal: ptr(2000), RefundedThrough: ptr(2000)},
 		{Category: "ledger_only", Kind: "payment", Trade: "test:lost", OrderNo: "o-lost", LedgerAmount: ptr(600), RecordedOn: "2026-12-04"},
+	}
+	// Before the days around it were compared, no entry of the day before
+	// is judged: none is called missing from a statement never read.
+	run, err := b.store.CompareBill(ctx, "test", day, rowsOf(rows...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Categories["ledger_only"] != 0 {
+		t.Errorf("ledger_only %d before the neighbours' runs, want 0", run.Categories["ledger_only"])
+	}
+	for _, d := range []string{"2026-12-03", "2026-12-04"} {
+		if err := b.store.SaveBillRun(ctx, durable.BillRun{Channel: "test", Date: d, State: durable.BillOK}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for round := range 2 {
 		run, err := b.store.CompareBill(ctx, "test", day, rowsOf(rows...))
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		wantCats := map[string]int{"matched": 3, "channel_only": 4, "amount_mismatch": 1, "ledger_only": 1, "pending": 1}
+		wantCats := map[string]int{"matched": 4, "channel_only": 4, "amount_mismatch": 1, "ledger_only": 1, "pending": 1}
 		if d := cmp.Diff(wantCats, run.Categories); d != "" {
 			t.Errorf("round %d: categories (-want +got):\n%s", round, d)
 		}
-		if want := (durable.BillSide{Payments: 5, Paid: 5700, Refunds: 3, Refunded: 2500}); run.Bill != want {
+		if want := (durable.BillSide{Payments: 6, Paid: 6700, Refunds: 3, Refunded: 2500}); run.Bill != want {
 			t.Errorf("round %d: bill side %+v, want %+v", round, run.Bill, want)
 		}
 		// The ledger of D: o-match, o-diff, o-next paid; rf-m1 refunded

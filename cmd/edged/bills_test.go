@@ -139,6 +139,15 @@ func TestBillsTwoNodes(t *testing.T) {
 		{Kind: bill.Payment, Trade: "2026120522001400000007", OrderNo: "ALI-LOST-RF", Amount: rcAmount, Fee: 12000},
 		{Kind: bill.Refund, Trade: "2026120522001400000007", OrderNo: "ALI-LOST-RF", RefundID: "RF-ALI-7", Amount: 700, Fee: -4000},
 	}
+	// The two days before were compared (without trades): the entries of
+	// the day before are judged against three statements.
+	for _, back := range []int{2, 1} {
+		d := day.AddDate(0, 0, -back).Format(time.DateOnly)
+		r.wxFake.SetBill(d, querytest.Bill{Status: "NO_STATEMENT_EXIST"})
+		if code, body := adminDo(t, "admin-token", "POST", "http://"+a.AdminAddr()+"/bills/wx/"+d, ""); code != 200 {
+			t.Fatalf("POST %s: %d %s", d, code, body)
+		}
+	}
 	r.wxFake.SetBill(date, querytest.Bill{File: billtest.WeChatBill(wxRows, true)})
 	r.aliFake.SetBill(date, querytest.Bill{File: billtest.AlipayZip(billtest.AlipayCSV(aliRows, rcSeller, date), rcSeller, date)})
 

@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS bill_item (
     bill_amount   BIGINT,                 -- NULL: not in the bill
     ledger_amount BIGINT,                 -- NULL: not in the ledger
     trade_total   BIGINT,                 -- the trade's total, for a refund's repair
+    refunded_through BIGINT,              -- the trade's refunds in the statements up to this one (Alipay's refund_fee)
     refunded      BOOLEAN      NOT NULL DEFAULT false, -- a payment the channel also refunded
     recorded_on   DATE,                   -- a ledger entry's day
     action        VARCHAR(32)  NOT NULL DEFAULT '',   -- '' until acted on

@@ -54,7 +54,7 @@ type AlipayReader struct {
 // NewAlipay reads the 业务明细 CSV from r, which holds it as Alipay sends
 // it: GBK.
 func NewAlipay(r io.Reader) *AlipayReader {
-	c := csv.NewReader(transform.NewReader(r, simplifiedchinese.GBK.NewDecoder()))
+	c := csv.NewReader(transform.NewReader(&lineLimit{r: r}, simplifiedchinese.GBK.NewDecoder()))
 	c.FieldsPerRecord = -1
 	c.LazyQuotes = true
 	c.ReuseRecord = true

@@ -15,6 +15,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -109,6 +110,34 @@ var ErrFormat = errors.New("the statement does not read")
 // ErrTotals: the statement's own totals disagree with its rows.
 var ErrTotals = errors.New("the statement's totals disagree with its rows")
 
+// maxLine bounds one line: encoding/csv holds a whole record in memory
+// before a field can be checked, so a file without line breaks (or with a
+// stray quote that swallows them) is cut off here, keeping the memory a
+// statement takes bounded.
+const maxLine = 64 << 10
+
+// ErrLineTooLong: a line of the statement is longer than any real row.
+var ErrLineTooLong = fmt.Errorf("%w: a line longer than %d bytes", ErrFormat, maxLine)
+
+// lineLimit fails a read once more than maxLine bytes pass without a line
+// break.
+type lineLimit struct {
+	r   io.Reader
+	run int
+}
+
+func (l *lineLimit) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	for _, c := range p[:n] {
+		if c == '\n' {
+			l.run = 0
+		} else if l.run++; l.run > maxLine {
+			return 0, ErrLineTooLong
+		}
+	}
+	return n, err
+}
+
 // maxField bounds one field: every id and amount is short; a longer field
 // means the file is not what it claims to be.
 const maxField = 1024
@@ -123,7 +152,7 @@ func formatErr(line int, format string, args ...any) error {
 // on as it is.
 func readErr(line int, err error) error {
 	var pe *csv.ParseError
-	if errors.As(err, &pe) {
+	if errors.As(err, &pe) || errors.Is(err, ErrLineTooLong) {
 		return formatErr(line, "%v", err)
 	}
 	return fmt.Errorf("line %d: %w", line, err)

@@ -245,3 +245,15 @@ func TestParseYuanIsExact(t *testing.T) {
 		t.Errorf("FenOfFee(0.12500 yuan) = %d, want 13 (half away from zero)", got)
 	}
 }
+
+// A file without line breaks is refused at the line limit, not read whole
+// into memory.
+func TestLineTooLong(t *testing.T) {
+	huge := strings.Repeat("`x", 100<<10)
+	if _, err := readAll(bill.NewWeChat(strings.NewReader(huge))); !errors.Is(err, bill.ErrFormat) {
+		t.Errorf("wechat: %v, want ErrFormat", err)
+	}
+	if _, err := readAll(bill.NewAlipay(strings.NewReader(huge))); !errors.Is(err, bill.ErrFormat) {
+		t.Errorf("alipay: %v, want ErrFormat", err)
+	}
+}

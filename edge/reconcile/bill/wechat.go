@@ -46,7 +46,7 @@ type WeChatReader struct {
 
 // NewWeChat reads the decompressed trade bill from r.
 func NewWeChat(r io.Reader) *WeChatReader {
-	c := csv.NewReader(r)
+	c := csv.NewReader(&lineLimit{r: r})
 	c.FieldsPerRecord = -1
 	c.LazyQuotes = true
 	c.ReuseRecord = true

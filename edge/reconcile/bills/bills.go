@@ -42,7 +42,6 @@ type Store interface {
 	SaveBillRun(ctx context.Context, run durable.BillRun) error
 	BillRunState(ctx context.Context, channel string, day durable.BillDay) (string, error)
 	BillReview(ctx context.Context, channel, date string, item durable.BillItem, reason durable.ReviewReason) error
-	TradeRefunded(ctx context.Context, trade string) (int64, error)
 	PruneBills(ctx context.Context, before time.Time) (int64, error)
 	Lead(ctx context.Context, lockID int64, name string, run func(context.Context) error) error
 }
@@ -368,12 +367,9 @@ func (r *Runner) actOn(ctx context.Context, channel string, day durable.BillDay,
 		}
 		return r.decide(dctx, channel, body)
 	}
-	refunded := deref(it.BillAmount)
-	if prior, err := r.cfg.Store.TradeRefunded(ctx, it.Trade); err == nil {
-		refunded += prior // the trade's refunded total with this one (Alipay states that)
-	} else {
-		return "", "", err
-	}
+	// The trade's refunded total with this one, as the statements show it
+	// (Alipay's refund_fee states that; WeChat Pay's each refund alone).
+	refunded := max(deref(it.RefundedThrough), deref(it.BillAmount))
 	total := deref(it.TradeTotal)
 	if total == 0 {
 		total = deref(it.BillAmount)

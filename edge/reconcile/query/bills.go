@@ -1,6 +1,7 @@
 package query
 
 import (
+	"compress/flate"
 	"compress/gzip"
 	"context"
 	"crypto/sha1"
@@ -144,7 +145,7 @@ func (w *WeChat) Bill(ctx context.Context, date string) (Statement, error) {
 		if errors.As(err, &apiErr) {
 			return Statement{}, fmt.Errorf("wechat pay bill %s: the download: HTTP %d %s", date, apiErr.StatusCode, printable(apiErr.Code))
 		}
-		return Statement{}, fmt.Errorf("wechat pay bill %s: the download: %w", date, err)
+		return Statement{}, fmt.Errorf("wechat pay bill %s: the download: %w", date, withoutURL(err))
 	}
 	body := res.Response.Body
 	gz, err := gzip.NewReader(body)
@@ -169,6 +170,12 @@ type sha1Reader struct {
 func (s *sha1Reader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	s.h.Write(p[:n])
+	var corrupt flate.CorruptInputError
+	if errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.As(err, &corrupt) {
+		// A file that does not decompress is not the file WeChat Pay
+		// made: refused as a failed check, like a wrong SHA-1.
+		return n, fmt.Errorf("wechat pay bill %s: %w: the file does not decompress: %v", s.date, ErrUnverified, err)
+	}
 	if errors.Is(err, io.EOF) {
 		if got := s.h.Sum(nil); !equalBytes(got, s.want) {
 			return n, fmt.Errorf("wechat pay bill %s: %w: the file's SHA-1 is %x, hash_value says %x", s.date, ErrUnverified, got, s.want)
@@ -234,10 +241,11 @@ func (a *Alipay) Bill(ctx context.Context, date string) (Statement, error) {
 	case ans.Code != "10000" || ans.BillDownloadURL == "":
 		return Statement{}, fmt.Errorf("alipay bill %s: the signed answer says code %q without a bill_download_url", date, printable(ans.Code))
 	}
-	if err := downloadable(ans.BillDownloadURL); err != nil {
+	dl, err := downloadable(ans.BillDownloadURL)
+	if err != nil {
 		return Statement{}, fmt.Errorf("alipay bill %s: %w", date, err)
 	}
-	f, size, err := a.downloadZip(ctx, ans.BillDownloadURL)
+	f, size, err := a.downloadZip(ctx, dl)
 	if err != nil {
 		return Statement{}, fmt.Errorf("alipay bill %s: %w", date, err)
 	}
@@ -250,20 +258,38 @@ func (a *Alipay) Bill(ctx context.Context, date string) (Statement, error) {
 	return Statement{Reader: bill.NewAlipay(rc), Closer: closers{rc.Close, remove}}, nil
 }
 
-// downloadable allows https, and http to a loopback address only (a local
-// fake).
-func downloadable(raw string) error {
+// downloadable returns the URL to fetch the zip from: https as given;
+// Alipay's own hosts (*.alipay.com), which hand out http:// links, over
+// https (the zip carries no checksum of its own: TLS is what keeps its
+// rows from being changed on the way); plain http only to a loopback
+// address (a local fake).
+func downloadable(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return errors.New("bill_download_url does not parse")
+		return "", errors.New("bill_download_url does not parse")
 	}
-	if u.Scheme == "https" {
-		return nil
+	host := u.Hostname()
+	switch {
+	case u.Scheme == "https":
+		return raw, nil
+	case u.Scheme == "http" && (host == "alipay.com" || strings.HasSuffix(host, ".alipay.com")):
+		u.Scheme = "https"
+		return u.String(), nil
+	case u.Scheme == "http" && (host == "localhost" || net.ParseIP(host) != nil && net.ParseIP(host).IsLoopback()):
+		return raw, nil
 	}
-	if ip := net.ParseIP(u.Hostname()); u.Scheme == "http" && (u.Hostname() == "localhost" || ip != nil && ip.IsLoopback()) {
-		return nil
+	return "", fmt.Errorf("bill_download_url is %s://%s: want https", u.Scheme, printable(host))
+}
+
+// withoutURL is err without the URL a *url.Error quotes: a statement's
+// download link carries a token, which has no place in a log or a run's
+// message.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
-	return errors.New("bill_download_url is not https")
+	return err
 }
 
 // downloadZip fetches the zip to a temporary file (a zip is read from its
@@ -277,7 +303,7 @@ func (a *Alipay) downloadZip(ctx context.Context, u string) (*os.File, int64, er
 	}
 	resp, err := a.download.Do(req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("the download: %w", err)
+		return nil, 0, fmt.Errorf("the download: %w", withoutURL(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -288,6 +314,7 @@ func (a *Alipay) downloadZip(ctx context.Context, u string) (*os.File, int64, er
 		return nil, 0, fmt.Errorf("the download: %w", err)
 	}
 	n, err := io.Copy(f, io.LimitReader(resp.Body, maxBillFile+1))
+	err = withoutURL(err)
 	if err == nil && n > maxBillFile {
 		err = fmt.Errorf("larger than %d bytes", int64(maxBillFile))
 	}

@@ -75,6 +75,12 @@ func TestWeChatBill(t *testing.T) {
 		t.Errorf("a wrong hash_value: %v, want ErrUnverified", err)
 	}
 
+	// A file that does not decompress is refused the same way.
+	env.fake.SetBill("2026-12-01", querytest.Bill{File: billtest.WeChatBill(dayRows, false), Corrupt: true})
+	if _, err := readStatement(t, env.q, "2026-12-01"); !errors.Is(err, query.ErrUnverified) {
+		t.Errorf("a corrupt gzip: %v, want ErrUnverified", err)
+	}
+
 	// An answer with a broken signature is unverified, "no statement"
 	// included (it must not stand for a day without trades).
 	env.fake.SetBadSignature(true)

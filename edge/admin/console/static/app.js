@@ -300,7 +300,8 @@ async function renderBills() {
   const body = el('tbody', { id: 'bills-body' });
   const result = el('p', { id: 'bills-result' });
   const runCh = el('input', { id: 'run-channel', placeholder: 'channel', value: channel, size: 10, required: true });
-  const runDay = el('input', { id: 'run-date', type: 'date', value: isoDay(new Date(Date.now() - 86400000)), required: true });
+  // Yesterday in the channels' day (Asia/Shanghai, UTC+8 all year).
+  const runDay = el('input', { id: 'run-date', type: 'date', value: isoDay(new Date(Date.now() + 8 * 3600000 - 86400000)), required: true });
   const run = el('form', { id: 'run-form', onsubmit: async ev => {
     ev.preventDefault();
     result.textContent = 'fetching…';

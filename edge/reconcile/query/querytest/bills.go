@@ -24,6 +24,9 @@ type Bill struct {
 	// Hash, when set, is WeChat's hash_value instead of the file's SHA-1:
 	// a file that fails its check.
 	Hash string
+	// Corrupt flips a byte of the CRC-32 in WeChat's gzip trailer: a file
+	// that decompresses to the end and then fails its checksum.
+	Corrupt bool
 
 	gz   []byte
 	sum  string
@@ -39,6 +42,9 @@ func (f *fake) SetBill(date string, b Bill) {
 		w.Close()
 		sum := sha1.Sum(b.File)
 		b.gz, b.sum = z.Bytes(), hex.EncodeToString(sum[:])
+		if b.Corrupt {
+			b.gz[len(b.gz)-6] ^= 0xff
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
