@@ -3,6 +3,7 @@ package durable_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -306,5 +307,26 @@ func TestUpgradeFillsPaidAt(t *testing.T) {
 	}
 	if got["o-claim"] == nil || !got["o-claim"].Equal(claimed) || got["o-gone"] != nil || got["o-open"] != nil {
 		t.Errorf("paid_at after the upgrade: %v", got)
+	}
+}
+
+// A statement streams from the channel's connection into one COPY: a slow
+// channel makes that statement outlast the operator pool's statement
+// timeout, and the comparison still completes.
+func TestCompareBillOutlastsTheStatementTimeout(t *testing.T) {
+	url := durabletest.NewDatabase(t)
+	store := newStore(t, url, durable.Config{OpsStatementTimeout: 200 * time.Millisecond})
+	day, _ := durable.NewBillDay("2026-12-05", shanghai)
+	n := 0
+	run, err := store.CompareBill(context.Background(), "test", day, func() (durable.BillRow, error) {
+		if n == 4 {
+			return durable.BillRow{}, io.EOF
+		}
+		n++
+		time.Sleep(100 * time.Millisecond) // the network, not a wait for a condition
+		return durable.BillRow{Kind: 'P', Trade: fmt.Sprint("slow-", n), OrderNo: "o", Amount: 1, Line: n}, nil
+	})
+	if err != nil || run.Bill.Payments != 4 {
+		t.Fatalf("a statement slower than the statement timeout: %+v, %v", run.Bill, err)
 	}
 }
