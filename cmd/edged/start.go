@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/tern/v2/migrate"
 )
 
 // startBackoff bounds the waits between attempts to reach Postgres at
@@ -33,6 +34,7 @@ const (
 type dbTarget struct {
 	redacted string
 	hosts    []string
+	user     string
 }
 
 // parseDatabaseURL checks DATABASE_URL once, before any waiting: a
@@ -44,6 +46,7 @@ func parseDatabaseURL(raw string) (dbTarget, error) {
 		// pgconn's parse errors can quote the string: say only that it is malformed.
 		return t, fmt.Errorf("DATABASE_URL %s is malformed", t.redacted)
 	}
+	t.user = cfg.User
 	t.hosts = append(t.hosts, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 	for _, fb := range cfg.Fallbacks {
 		h := net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port)))
@@ -98,9 +101,41 @@ func scrub(msg, raw string) string {
 // errStartTimeout ends a start-up that waited -start-timeout for Postgres.
 var errStartTimeout = errors.New("Postgres not ready")
 
+// errStartRefused ends a start-up at once: Postgres answered with an error
+// that no wait fixes (a refused login, a database that does not exist, a
+// missing privilege, a schema from a newer build).
+var errStartRefused = errors.New("Postgres refused this node")
+
+// permanentStartError says what to fix when err is one that waiting never
+// fixes; ok is false for errors that can pass (Postgres down, starting,
+// in recovery, a failover under way, a lock held by another node).
+func permanentStartError(err error, user string) (msg string, ok bool) {
+	var bad migrate.BadVersionError
+	if errors.As(err, &bad) {
+		return fmt.Sprintf("the database's schema is from a newer build of edged (%s): run that build or a newer one", string(bad)), true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return "", false
+	}
+	switch pgErr.Code {
+	case "28P01", "28000":
+		return fmt.Sprintf("Postgres refused the login of user %q (SQLSTATE %s: %s): check the user and password in DATABASE_URL, "+
+			"and pg_hba.conf for this host", user, pgErr.Code, pgErr.Message), true
+	case "3D000":
+		return fmt.Sprintf("the database named in DATABASE_URL does not exist (SQLSTATE 3D000: %s): create it (CREATE DATABASE ... OWNER %s) "+
+			"or fix the URL", pgErr.Message, user), true
+	case "42501":
+		return fmt.Sprintf("user %q lacks a privilege edged needs to migrate the schema (SQLSTATE 42501: %s): make it the database's owner, "+
+			"or as the owner run GRANT CREATE, USAGE ON SCHEMA public TO %s", user, pgErr.Message, user), true
+	}
+	return "", false
+}
+
 // waitForPostgres calls open until it succeeds, with capped exponential
 // back-off and full jitter between attempts, for at most timeout (0: no
-// limit). Each failure is one log line (attempt, hosts, error, next wait),
+// limit); an error no wait fixes (permanentStartError) ends it at once,
+// saying what to fix. Each failure is one log line (attempt, hosts, error, next wait),
 // never the password. Past the timeout the error names DATABASE_URL
 // (redacted), every host and the last error.
 func waitForPostgres[T any](ctx context.Context, log *slog.Logger, raw string, t dbTarget, timeout time.Duration, open func(context.Context) (T, error)) (T, error) {
@@ -127,6 +162,9 @@ func waitForPostgres[T any](ctx context.Context, log *slog.Logger, raw string, t
 		last = err
 		if ctx.Err() != nil {
 			return zero, ctx.Err()
+		}
+		if msg, permanent := permanentStartError(err, t.user); permanent {
+			return zero, fmt.Errorf("%w: %s", errStartRefused, scrub(msg, raw))
 		}
 		sleep := time.Duration(rand.Int64N(int64(wait))) + time.Millisecond
 		if !deadline.IsZero() && time.Now().Add(sleep).After(deadline) {

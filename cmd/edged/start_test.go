@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
 )
 
@@ -221,5 +222,74 @@ func TestStartDuringPromotion(t *testing.T) {
 	}
 	if n := strings.Count(p.log(), `"msg":"waiting for postgres"`); n == 0 {
 		t.Errorf("edged did not wait: it must have tried while the standby was read-only")
+	}
+}
+
+// Errors no wait fixes end the start at once, non-zero, with one sentence
+// that says what to fix: a role that does not exist, a database that does
+// not exist, a user that may not create the schema's tables, a schema
+// migrated by a newer build. None waits for -start-timeout.
+func TestPermanentStartErrors(t *testing.T) {
+	bin := buildEdged(t)
+	ctx := context.Background()
+	cluster, err := pgtemp.Start(ctx, pgtemp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Stop() })
+	admin, err := pgx.Connect(ctx, cluster.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	for _, q := range []string{`CREATE ROLE lowpriv LOGIN`, `CREATE DATABASE owned`, `CREATE DATABASE newer`} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := durable.Migrate(ctx, cluster.URL("newer")); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := pgx.Connect(ctx, cluster.URL("newer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newer.Exec(ctx, `UPDATE notifyedge_schema_version SET version = 99`); err != nil {
+		t.Fatal(err)
+	}
+	newer.Close(ctx)
+	asUser := func(user, db string) string {
+		return strings.Replace(cluster.URL(db), "postgres://postgres@", "postgres://"+user+"@", 1)
+	}
+	for _, c := range []struct {
+		name, url string
+		want      []string
+	}{
+		{"a role that does not exist", asUser("nobody", "postgres"), []string{"28000", "nobody", "DATABASE_URL"}},
+		{"a database that does not exist", cluster.URL("nosuchdb"), []string{"3D000", "does not exist", "CREATE DATABASE"}},
+		{"no privilege on schema public", asUser("lowpriv", "owned"), []string{"42501", "lowpriv", "GRANT CREATE, USAGE ON SCHEMA public TO lowpriv"}},
+		{"a schema from a newer build", cluster.URL("newer"), []string{"newer build", "99"}},
+	} {
+		cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-start-timeout", "120s")
+		cmd.Env = append(cleanEnv(), "DATABASE_URL="+c.url, "EDGE_SECRET_ACME="+secret)
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		took := time.Since(start)
+		if err == nil {
+			t.Errorf("%s: edged exited 0", c.name)
+			continue
+		}
+		if took > 60*time.Second {
+			t.Errorf("%s: exited after %v: it waited", c.name, took)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("%s: the exit message lacks %q:\n%s", c.name, w, out)
+			}
+		}
+		t.Logf("%s:\n%s", c.name, out)
+		if strings.Contains(string(out), "waiting for postgres") {
+			t.Errorf("%s: waited as if Postgres would change its mind:\n%s", c.name, out)
+		}
 	}
 }
