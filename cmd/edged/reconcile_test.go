@@ -338,6 +338,25 @@ func TestReconcileTwoNodes(t *testing.T) {
 	if code, body := adminDo(t, rcOrders, "POST", "http://"+leader.AdminAddr()+"/orders/WX-P-00/reconcile", ""); code != 502 ||
 		strings.Contains(body, "PRIVATE") {
 		t.Errorf("asked while the answers fail verification: %d %s, want 502", code, body)
+	} else {
+		// One line an operator reads: the channel, the reason, nothing of
+		// the SDK's internals, no phrase twice.
+		var e struct{ Message string }
+		json.Unmarshal([]byte(body), &e)
+		t.Logf("the 502's message: %s", e.Message)
+		for _, want := range []string{"channel wx", "failed verification", "signature does not verify"} {
+			if !strings.Contains(e.Message, want) {
+				t.Errorf("the 502's message lacks %q: %q", want, e.Message)
+			}
+		}
+		for _, bad := range []string{"\n", "request-id", "Wechatpay-Signature", "admin:", "reconcile:"} {
+			if strings.Contains(e.Message, bad) {
+				t.Errorf("the 502's message holds %q: %q", bad, e.Message)
+			}
+		}
+		if strings.Count(e.Message, "failed verification") != 1 {
+			t.Errorf("the 502's message repeats itself: %q", e.Message)
+		}
 	}
 	if code, body := adminDo(t, rcOrders, "POST", "http://"+b.AdminAddr()+"/orders/NO-SUCH/reconcile", ""); code != 404 {
 		t.Errorf("an unknown order: %d %s, want 404", code, body)
@@ -574,11 +593,19 @@ func metricValue(t *testing.T, page, series string) float64 {
 // ones it has: such an order would never be asked about. Nothing is stored.
 func TestPutOrderOfAnUnconfiguredChannel(t *testing.T) {
 	r := newReconcileRig(t)
+	r.env = append(r.env, "EDGE_SECRET_GEN="+secret)
 	a, _ := r.node(t)
+	// A channel with no query credentials: asking is a configuration
+	// fact (409), not a failure of the channel (502).
+	putOrder(t, a.AdminAddr(), "GEN-1", "gen")
+	if code, body := adminDo(t, rcOrders, "POST", "http://"+a.AdminAddr()+"/orders/GEN-1/reconcile", ""); code != 409 ||
+		!strings.Contains(body, "query credentials") {
+		t.Errorf("asking about an order of a channel without query credentials: %d %s, want 409", code, body)
+	}
 	base := "http://" + a.AdminAddr() + "/orders/X-UNCONF"
 	code, body := adminDo(t, rcOrders, "PUT", base, `{"amount":100,"currency":"CNY","channel":"nope"}`)
 	if code != 400 || !strings.Contains(body, `nope`) || !strings.Contains(body, "is not configured") ||
-		!strings.Contains(body, "ali") || !strings.Contains(body, "wx") {
+		!strings.Contains(body, "ali") || !strings.Contains(body, "wx") || !strings.Contains(body, "gen") {
 		t.Errorf("PUT with channel nope: %d %s, want 400 naming the configured channels", code, body)
 	}
 	if code, body := adminDo(t, rcOrders, "GET", base, ""); code != 404 {

@@ -440,13 +440,15 @@ type Reconciler interface {
 }
 
 // ErrNotAsked: the channel could not be asked, or its answer failed
-// verification; nothing was applied (502).
-var ErrNotAsked = errors.New("admin: the channel could not be asked")
+// verification; nothing was applied (502). The error's text after it is
+// what the operator reads.
+var ErrNotAsked = errors.New("nothing applied")
 
 // ErrNoQuerier: no channel the order may be paid through has query
-// credentials; nothing was asked (502 for POST /orders/{no}/reconcile; a
-// close goes on without asking).
-var ErrNoQuerier = errors.New("admin: no channel to ask has query credentials")
+// credentials; nothing was asked (409 for POST /orders/{no}/reconcile: a
+// fact of the configuration, not a failure; a close goes on without
+// asking).
+var ErrNoQuerier = errors.New("nothing asked")
 
 // ReconcileAnswer is POST /orders/{order_no}/reconcile's answer: which
 // channel answered, its answer (paid, pending, closed, not_found), the
@@ -475,7 +477,9 @@ func (a *Server) reconcile(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 	switch {
 	case errors.Is(err, durable.ErrUnknownOrder):
 		jsonError(ctx, http.StatusNotFound, "no such order")
-	case errors.Is(err, ErrNotAsked), errors.Is(err, ErrNoQuerier):
+	case errors.Is(err, ErrNoQuerier):
+		jsonError(ctx, http.StatusConflict, err.Error()+": set the channel's query credentials to ask it")
+	case errors.Is(err, ErrNotAsked):
 		a.log.Warn("reconcile: not asked", "order_no", orderNo, "error", err.Error())
 		jsonError(ctx, http.StatusBadGateway, err.Error())
 	case err != nil:

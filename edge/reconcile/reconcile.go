@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -208,7 +209,7 @@ type Report struct {
 
 // ErrNoQuerier: no channel the order may be asked of has query
 // credentials.
-var ErrNoQuerier = errors.New("reconcile: no channel to ask has query credentials")
+var ErrNoQuerier = errors.New("no channel it may be paid through has query credentials")
 
 // errSchedule marks a query whose next time could not be written: the
 // order stays due, and the leader waits before it reads the due orders
@@ -217,7 +218,7 @@ var errSchedule = errors.New("reconcile: the next query's time could not be writ
 
 // ErrNotAsked: every channel asked failed (could not be asked, or its
 // answer failed verification); nothing was applied.
-var ErrNotAsked = errors.New("reconcile: the channel could not be asked")
+var ErrNotAsked = errors.New("the channel could not be asked, or its answer failed verification")
 
 // Ask asks about orderNo now, decides a paid answer and records the query
 // for the back-off; durable.ErrUnknownOrder when there is no such order.
@@ -269,7 +270,10 @@ func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder, manual bool) (
 		if err != nil {
 			err = fmt.Errorf("%w: %w", errSchedule, err)
 		}
-		return Report{}, errors.Join(fmt.Errorf("order %s: %w", o.OrderNo, ErrNoQuerier), err)
+		if err != nil {
+			return Report{}, fmt.Errorf("order %s: %w (and %w)", o.OrderNo, ErrNoQuerier, err)
+		}
+		return Report{}, fmt.Errorf("order %s: %w", o.OrderNo, ErrNoQuerier)
 	}
 	var best Report
 	var errs []error
@@ -312,10 +316,26 @@ func (r *Reconciler) ask(ctx context.Context, o durable.DueOrder, manual bool) (
 		}
 	}
 	if !answered {
-		return best, fmt.Errorf("order %s: %w: %w", o.OrderNo, ErrNotAsked, errors.Join(errs...))
+		return best, &notAsked{errs: errs}
 	}
 	return best, nil
 }
+
+// notAsked is ErrNotAsked with each channel's error: one line, the
+// channels' reasons joined by "; ".
+type notAsked struct{ errs []error }
+
+func (e *notAsked) Error() string {
+	msgs := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e *notAsked) Is(target error) bool { return target == ErrNotAsked }
+
+func (e *notAsked) Unwrap() []error { return e.errs }
 
 // retryAfter is the wait after a failed query: After, doubling with each
 // failure in a row, never longer than the next step of the back-off.

@@ -70,7 +70,7 @@ type Answer struct {
 // ErrUnverified means the channel answered, but the answer failed
 // verification (a wrong or missing signature, an unknown or expired key, a
 // stale timestamp): it applies nothing.
-var ErrUnverified = errors.New("the channel's answer failed verification")
+var ErrUnverified = errors.New("the answer failed verification")
 
 // Querier asks one channel about one order. An error means the channel
 // could not be asked (network, timeout, 5xx, an unexpected answer) or its

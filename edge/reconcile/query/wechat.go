@@ -233,12 +233,27 @@ func deref(s *string) string {
 	return *s
 }
 
-// unverified wraps err as ErrUnverified (once).
+// unverified wraps err as ErrUnverified (once), with the reason in a few
+// words: the SDK's own text (header dumps, request ids) stays out of what
+// an operator reads.
 func unverified(what string, err error) error {
-	if errors.Is(err, ErrUnverified) {
-		return fmt.Errorf("%s: %w", what, err)
+	return fmt.Errorf("%s: %w (%s)", what, ErrUnverified, verifyReason(err))
+}
+
+// verifyReason names why an answer failed verification.
+func verifyReason(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "unknown Wechatpay-Serial"):
+		return "signed with a platform key this channel does not hold: add it to the platform keys"
+	case strings.Contains(msg, "expired at"):
+		return "signed with a platform key past its expiry: add its successor"
+	case strings.Contains(msg, "is empty in header") || strings.Contains(msg, "not found in header"):
+		return "not signed: a Wechatpay-* header is missing, so the answer did not come from WeChat Pay"
+	case strings.Contains(msg, "timestamp"):
+		return "its timestamp is too far from now: check this host's clock"
 	}
-	return fmt.Errorf("%s: %w: %v", what, ErrUnverified, err)
+	return "the signature does not verify with the platform keys"
 }
 
 // verifyNoteKey is the context key of a query's verifyNote.
