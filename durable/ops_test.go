@@ -444,3 +444,37 @@ func TestResolveRedrivenLeavesAReplayOut(t *testing.T) {
 		t.Errorf("a replaying re-drive of an open row: %v %v", ok, err)
 	}
 }
+
+// A PATCH that changes nothing changes nothing: the order's registration
+// time and its reconciliation schedule stay; a real correction starts the
+// schedule over.
+func TestPatchUnchangedKeepsTheSchedule(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.store.PutOrder(ctx, "P-SAME", 1000, "CNY", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec(ctx, `UPDATE biz_order SET updated_at = now() - interval '1 hour', reconcile_at = now() + interval '1 hour', reconcile_step = 3 WHERE order_no = 'P-SAME'`); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (step int, scheduled bool, age time.Duration) {
+		var at *time.Time
+		var updated time.Time
+		if err := b.db.QueryRow(ctx, `SELECT reconcile_step, reconcile_at, updated_at FROM biz_order WHERE order_no = 'P-SAME'`).Scan(&step, &at, &updated); err != nil {
+			t.Fatal(err)
+		}
+		return step, at != nil, time.Since(updated)
+	}
+	if err := b.store.PatchOrder(ctx, "P-SAME", 1000, "CNY"); err != nil {
+		t.Fatal(err)
+	}
+	if step, scheduled, age := read(); step != 3 || !scheduled || age < 50*time.Minute {
+		t.Errorf("an unchanged PATCH: step %d, scheduled %v, registered %v ago; want all kept", step, scheduled, age)
+	}
+	if err := b.store.PatchOrder(ctx, "P-SAME", 1200, "CNY"); err != nil {
+		t.Fatal(err)
+	}
+	if step, scheduled, age := read(); step != 0 || scheduled || age > 10*time.Minute {
+		t.Errorf("a correction: step %d, scheduled %v, registered %v ago; want the schedule started over", step, scheduled, age)
+	}
+}

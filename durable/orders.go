@@ -166,9 +166,14 @@ func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, curr
 func (s *Store) PatchOrder(ctx context.Context, orderNo string, amount int64, currency string) error {
 	for range orderRetries {
 		// updated_at is the order's registration for reconciliation: a
-		// correction registers it again, and its queries start over.
-		tag, err := s.ops.Exec(ctx, `UPDATE biz_order SET amount = $2, currency = $3, updated_at = now(),
-         reconcile_at = NULL, reconcile_step = 0, reconcile_errors = 0
+		// correction registers it again, and its queries start over. A
+		// PATCH that changes nothing changes nothing, the schedule
+		// included.
+		tag, err := s.ops.Exec(ctx, `UPDATE biz_order SET amount = $2::bigint, currency = $3::text,
+         updated_at = CASE WHEN (amount, currency) = ($2::bigint, $3::text) THEN updated_at ELSE now() END,
+         reconcile_at = CASE WHEN (amount, currency) = ($2::bigint, $3::text) THEN reconcile_at END,
+         reconcile_step = CASE WHEN (amount, currency) = ($2::bigint, $3::text) THEN reconcile_step ELSE 0 END,
+         reconcile_errors = CASE WHEN (amount, currency) = ($2::bigint, $3::text) THEN reconcile_errors ELSE 0 END
      WHERE order_no = $1 AND status = 'PENDING_PAY'`, orderNo, amount, currency)
 		if err != nil {
 			return wrap(ctx, "patch order "+orderNo, err)

@@ -29,7 +29,7 @@ const (
 	// window.pwned would be set.
 	xssImgOrder    = `C-XSS-IMG`
 	xssScriptOrder = `<script>window.pwned='script'</script>`
-	xssNote        = `<img src=x onerror="window.pwned='img'"><b>bold</b>`
+	xssNote        = `<img src=x onerror="window.pwned='img'"><b>bold</b> ` + "\u202egnp.exe"
 )
 
 // browser starts a headless Chromium for the test; it fails, naming the
@@ -179,6 +179,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the page names an outside address:\n%s", page)
 	}
 
+	do(t, ctx, "signed out",
+		chromedp.Navigate(base),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)))
+	if shown := eval[string](t, ctx, `getComputedStyle(document.querySelector('#nav')).display`); shown != "none" {
+		t.Errorf("signed out, the nav and Sign out show (display %q)", shown)
+	}
 	do(t, ctx, "sign in",
 		chromedp.Navigate(base),
 		chromedp.WaitVisible(chromedp.CSS(`#token`)),
@@ -200,6 +206,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		raw := text(t, ctx, `#raw-body`)
 		if !strings.Contains(raw, order) || !strings.Contains(raw, `<img src=x onerror=`) || !strings.Contains(raw, "<b>bold</b>") {
 			t.Errorf("raw body shown as %q, want the markup as text", raw)
+		}
+		// A character that would reorder the text is shown as itself.
+		if strings.ContainsRune(raw, '\u202e') || !strings.Contains(raw, "⟦U+202E⟧gnp.exe") {
+			t.Errorf("raw body shown as %q, want U+202E visible", raw)
 		}
 	}
 	pwned := eval[string](t, ctx, `String(window.pwned)`)
@@ -265,14 +275,43 @@ func TestConsoleInBrowser(t *testing.T) {
 	if status != "PAID" || !strings.Contains(claims, "acme:CT-1:PAY_SUCCESS") || !strings.Contains(events, "ORDER_PAID") {
 		t.Fatalf("timeline: status %q, claims %q, events %q", status, claims, events)
 	}
+	// A PAID order is offered Ship, not Close.
+	if n := eval[int](t, ctx, `document.querySelectorAll('#order-close, #order-reconcile').length`); n != 0 {
+		t.Errorf("a PAID order is offered Close or Ask (%d buttons)", n)
+	}
 	do(t, ctx, "ship", chromedp.Click(chromedp.CSS(`#order-ship`)),
 		poll(`document.querySelector('#order-result') && document.querySelector('#order-result').textContent.includes('SHIPPED')`))
 	screenshot(t, ctx, "console-order")
+
+	// Amounts in the currency's minor units: 1000 JPY is 1000, 1000 KWD
+	// fils is 1.000.
+	for no, c := range map[string]struct{ body, want string }{
+		"C-JPY": {`{"amount":1000,"currency":"JPY"}`, "1000 JPY"},
+		"C-KWD": {`{"amount":1000,"currency":"KWD"}`, "1.000 KWD"},
+	} {
+		if code, body := adminDo(t, consoleOrders, "PUT", "http://"+m.AdminAddr()+"/orders/"+no, c.body); code != 201 {
+			t.Fatalf("PUT %s: %d %s", no, code, body)
+		}
+		do(t, ctx, "order "+no, js(`location.hash = '#/order/`+no+`'`),
+			poll(`document.querySelector('#order-title') && document.querySelector('#order-title').textContent === '`+no+`'`))
+		if got := text(t, ctx, `#order-amount`); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s shown as %q, want %q", no, got, c.want)
+		}
+	}
+	// A hash typed by hand that does not decode stops nothing.
+	do(t, ctx, "a bad hash",
+		js(`location.hash = '#/order/%'`),
+		chromedp.WaitVisible(chromedp.CSS(`#order-no`)),
+		js(`location.hash = '#/order/C-JPY'`),
+		poll(`document.querySelector('#order-title') && document.querySelector('#order-title').textContent === 'C-JPY'`))
 
 	// The status page.
 	do(t, ctx, "status",
 		js(`location.hash = '#/status'`),
 		chromedp.WaitVisible(chromedp.CSS(`#outcomes table`)))
+	if o := text(t, ctx, `#outcomes`); strings.Contains(o, "last 0.0 min") {
+		t.Errorf("the first look at the outcomes claims a window: %q", o)
+	}
 	ready := text(t, ctx, `#readiness`)
 	if !strings.Contains(ready, "postgres") || !strings.Contains(ready, "ok") {
 		t.Errorf("readiness shown as %q", ready)
@@ -400,5 +439,49 @@ func TestConsoleBigQueue(t *testing.T) {
 	t.Logf("a page of 50 reviews of 100,000: median %.1f ms, max %.1f ms (%v)", times[len(times)/2], times[len(times)-1], times)
 	if times[len(times)/2] > 2000 {
 		t.Errorf("median %.1f ms for a page of 50 reviews", times[len(times)/2])
+	}
+}
+
+// The admin listener's HTTP edges: /ui redirects by path (never to the
+// Host header's site); an order number that decodes to a console path is
+// an order number; JSON answers are no-store and nosniff; PATCH refuses
+// "channel":null; POST .../reconcile refuses a body.
+func TestAdminHTTPEdges(t *testing.T) {
+	m, _ := consoleNode(t)
+	base := "http://" + m.AdminAddr()
+	req, _ := http.NewRequest("GET", base+"/ui", nil)
+	req.Host = "evil.example"
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 301 || loc != "/ui/" {
+		t.Errorf("/ui: %d Location %q, want 301 /ui/", resp.StatusCode, loc)
+	}
+	code, body := adminDo(t, consoleOrders, "GET", base+"/orders/..%2Fui%2F", "")
+	if code != 404 || !strings.Contains(body, "no such order") {
+		t.Errorf("order ../ui/: %d %.80s, want the orders API's 404", code, body)
+	}
+	req, _ = http.NewRequest("GET", base+"/review", nil)
+	req.Header.Set("Authorization", "Bearer "+consoleAdmin)
+	resp, err = testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("Cache-Control") != "no-store" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("/review headers: Cache-Control %q, X-Content-Type-Options %q", resp.Header.Get("Cache-Control"), resp.Header.Get("X-Content-Type-Options"))
+	}
+	if code, body := adminDo(t, consoleOrders, "PUT", base+"/orders/C-NULL", `{"amount":100,"currency":"CNY","channel":null}`); code != 400 {
+		t.Errorf("PUT with channel null: %d %s, want 400", code, body)
+	}
+	adminDo(t, consoleOrders, "PUT", base+"/orders/C-NULL", `{"amount":100,"currency":"CNY"}`)
+	if code, body := adminDo(t, consoleOrders, "PATCH", base+"/orders/C-NULL", `{"amount":100,"currency":"CNY","channel":null}`); code != 400 {
+		t.Errorf("PATCH with channel null: %d %s, want 400", code, body)
+	}
+	if code, body := adminDo(t, consoleOrders, "POST", base+"/orders/C-NULL/reconcile", `{"force":true}`); code != 400 {
+		t.Errorf("reconcile with a body: %d %s, want 400", code, body)
 	}
 }

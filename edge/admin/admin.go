@@ -178,7 +178,7 @@ func (a *Server) handle(ctx *fasthttp.RequestCtx) {
 			jsonError(ctx, http.StatusInternalServerError, "internal error")
 		}
 	}()
-	if console.Owns(ctx.Path()) {
+	if console.Owns(ctx.Request.URI().PathOriginal()) {
 		console.Serve(ctx)
 		return
 	}
@@ -435,6 +435,10 @@ func writeJSON(ctx *fasthttp.RequestCtx, code int, v any) {
 	}
 	ctx.SetStatusCode(code)
 	ctx.SetContentType("application/json")
+	// Answers hold raw callback bodies and order data: never kept by a
+	// cache, never taken for another type.
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 	ctx.SetBody(append(b, '\n'))
 }
 

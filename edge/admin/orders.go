@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -130,7 +131,9 @@ func orderFields(body []byte, withChannel bool) (amount int64, currency, ch stri
 	var req struct {
 		Amount   json.RawMessage `json:"amount"`
 		Currency string          `json:"currency"`
-		Channel  *string         `json:"channel"`
+		// Channel is raw: "channel":null is a channel field too, and is
+		// refused, never read as "none".
+		Channel json.RawMessage `json:"channel"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		return 0, "", "", err
@@ -150,10 +153,9 @@ func orderFields(body []byte, withChannel bool) (amount int64, currency, ch stri
 		if !withChannel {
 			return 0, "", "", errors.New("channel: set once, by PUT")
 		}
-		if !channel.ValidChannelName(*req.Channel) {
-			return 0, "", "", errors.New("channel: must be a channel name, [a-z0-9_]{1,32}")
+		if json.Unmarshal(req.Channel, &ch) != nil || !channel.ValidChannelName(ch) {
+			return 0, "", "", errors.New("channel: must be a channel name, [a-z0-9_]{1,32} (leave it out for none)")
 		}
-		ch = *req.Channel
 	}
 	return n, req.Currency, ch, nil
 }
@@ -469,6 +471,10 @@ const reconcileTimeout = 20 * time.Second
 func (a *Server) reconcile(ctx *fasthttp.RequestCtx, d *Deps, orderNo string) {
 	if !validID(orderNo) {
 		jsonError(ctx, http.StatusBadRequest, "order_no: must be 1 to 64 printable ASCII characters")
+		return
+	}
+	if body := bytes.TrimSpace(ctx.PostBody()); len(body) > 0 && string(body) != "{}" {
+		jsonError(ctx, http.StatusBadRequest, "body: none expected (or {})")
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), reconcileTimeout)

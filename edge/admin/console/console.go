@@ -30,7 +30,10 @@ const Prefix = "/ui/"
 const Policy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// Owns reports whether the console serves path ("/ui" or under "/ui/").
+// Owns reports whether the console serves the raw path p, as the client
+// sent it ("/ui" or under "/ui/"). Never a decoded or normalized path: the
+// orders API routes on the raw one, so "/orders/..%2Fui%2F" is an order
+// number, never the console.
 func Owns(p []byte) bool {
 	return string(p) == "/ui" || strings.HasPrefix(string(p), Prefix)
 }
@@ -38,9 +41,12 @@ func Owns(p []byte) bool {
 // Serve answers a request for a path Owns: GET or HEAD of the page or one
 // of its files.
 func Serve(ctx *fasthttp.RequestCtx) {
-	p := string(ctx.Path())
+	p := string(ctx.Request.URI().PathOriginal())
 	if p == "/ui" {
-		ctx.Redirect(Prefix, http.StatusMovedPermanently)
+		// A path, not a URL: a redirect built from the Host header would
+		// send the browser wherever that header says.
+		ctx.Response.Header.Set("Location", Prefix)
+		ctx.SetStatusCode(http.StatusMovedPermanently)
 		return
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {

@@ -10,22 +10,57 @@ const reasons = ['PAYLOAD_CONFLICT', 'AMOUNT_MISMATCH', 'MERCHANT_MISMATCH', 'UN
   'DUPLICATE_PAYMENT', 'REFUND_EXCEEDS', 'REFUND_OTHER_TRADE', 'REFUND_FAILED', 'REFUNDED_AT_CHANNEL',
   'NOT_IN_BILL', 'BILL_MISMATCH'];
 
+// bidiControls are the characters that reorder the text around them
+// (embeddings, overrides, isolates, marks): a callback's "\u202egnp.exe"
+// would read "exe.png".
+const bidiControls = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+// visible shows bidirectional controls as their code points, so text reads
+// in the order it was sent.
+function visible(s) {
+  return String(s).replace(bidiControls, c => '⟦U+' + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0') + '⟧');
+}
+
 // el builds an element: attrs are set as attributes or listeners, children
-// are nodes or strings (text nodes); nothing is ever parsed as markup.
+// are nodes or strings (text nodes); nothing is ever parsed as markup, and
+// no text reorders what follows it.
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
     else if (k === 'class') e.className = v;
-    else if (k === 'text') e.textContent = v;
+    else if (k === 'text') e.textContent = visible(v);
     else e.setAttribute(k, v === true ? '' : String(v));
   }
   for (const c of children) {
     if (c === undefined || c === null || c === false) continue;
-    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    e.append(c instanceof Node ? c : document.createTextNode(visible(c)));
   }
   return e;
+}
+
+// minorDigits is a currency's ISO 4217 exponent (2 for CNY, 0 for JPY, 3
+// for KWD), as the browser's Intl knows it.
+function minorDigits(currency) {
+  try {
+    return new Intl.NumberFormat('en', { style: 'currency', currency }).resolvedOptions().maximumFractionDigits;
+  } catch (e) {
+    return 2;
+  }
+}
+
+// money prints an amount in minor units as the currency writes it.
+function money(minor, currency) {
+  if (minor === null || minor === undefined) return '—';
+  const d = minorDigits(currency || 'CNY');
+  return (minor / Math.pow(10, d)).toFixed(d);
+}
+
+// safeDecode is decodeURIComponent that never throws (a hash typed by
+// hand, "#/order/%", must not stop the page).
+function safeDecode(s) {
+  try { return decodeURIComponent(s); } catch (e) { return s; }
 }
 
 function main() { return document.getElementById('main'); }
@@ -270,14 +305,17 @@ async function renderOrder(no) {
       el('tbody', {}, ...rows.map(x => el('tr', {}, ...cells(x).map(c => el('td', { class: 'mono' }, c)))))) : el('p', { class: 'muted' }, 'none')];
   box.append(el('div', { class: 'panel' },
     el('h3', {}, 'Order ', el('span', { class: 'mono', id: 'order-title' }, o.order_no), ' ', el('span', { class: 'badge', id: 'order-status' }, o.status)),
-    el('p', {}, `${(o.amount / 100).toFixed(2)} ${o.currency}` + (o.refunded_amount ? `, refunded ${(o.refunded_amount / 100).toFixed(2)}` : '') +
+    el('p', { id: 'order-amount' }, `${money(o.amount, o.currency)} ${o.currency}` + (o.refunded_amount ? `, refunded ${money(o.refunded_amount, o.currency)}` : '') +
       (o.paid_by ? `, paid by trade ${o.paid_by}` : '') + (o.channel ? `, channel ${o.channel}` : '') + `; updated ${when(o.updated_at)}`),
-    el('div', { class: 'bar' }, act('Ship', 'SHIP'), act('Close', 'CLOSE'), ask),
+    // Only the moves the order's state allows: SHIP a PAID order, CLOSE
+    // (and ask the channel about) one still PENDING_PAY.
+    el('div', { class: 'bar' }, o.status === 'PAID' ? act('Ship', 'SHIP') : null,
+      o.status === 'PENDING_PAY' ? act('Close', 'CLOSE') : null, o.status === 'PENDING_PAY' ? ask : null),
     result,
     ...table('Claims', ['created', 'key', 'outcome', 'status'], o.claims, c => [when(c.created_at), c.biz_key, c.outcome, c.status]),
     ...table('Events', ['id', 'created', 'topic', 'published', 'payload'], o.events,
       e => [e.id, when(e.created_at), e.topic, e.published_at ? when(e.published_at) : 'not yet', JSON.stringify(e.payload)]),
-    ...table('Refunds', ['created', 'trade', 'refund id', 'amount'], o.refunds, x => [when(x.created_at), x.trade, x.refund_id, (x.amount / 100).toFixed(2)]),
+    ...table('Refunds', ['created', 'trade', 'refund id', 'amount'], o.refunds, x => [when(x.created_at), x.trade, x.refund_id, money(x.amount, o.currency)]),
     ...table('Reviews', ['id', 'created', 'reason', 'key', 'resolved'], o.reviews,
       x => [x.id, when(x.created_at), x.reason, x.biz_key, x.resolved_at ? when(x.resolved_at) : 'open']),
     o.truncated ? el('p', { class: 'muted' }, 'Lists hold the newest 1000 rows.') : null));
@@ -285,7 +323,8 @@ async function renderOrder(no) {
 
 // ---- bills ----------------------------------------------------------------
 
-function yuan(fen) { return fen === null || fen === undefined ? '—' : (fen / 100).toFixed(2); }
+// yuan prints a statement's amount: both channels' statements are in CNY.
+function yuan(fen) { return money(fen, 'CNY'); }
 
 function isoDay(d) { return d.toISOString().slice(0, 10); }
 
@@ -419,13 +458,14 @@ async function renderStatus() {
   samples.push({ at: now, counts });
   while (samples.length > 1 && now - samples[0].at > 15 * 60 * 1000) samples.shift();
   const base = samples[0];
-  const mins = ((now - base.at) / 60000).toFixed(1);
+  const mins = samples.length > 1 ? ((now - base.at) / 60000).toFixed(1) : '';
   const rows = Object.entries(counts).filter(([, v]) => v > 0).sort().map(([k, v]) => {
     const [channel, outcome] = k.split('\u0000');
-    return el('tr', {}, el('td', {}, channel), el('td', {}, outcome), el('td', {}, String(v)), el('td', {}, String(v - (base.counts[k] || 0))));
+    return el('tr', {}, el('td', {}, channel), el('td', {}, outcome), el('td', {}, String(v)),
+      el('td', {}, samples.length > 1 ? String(v - (base.counts[k] || 0)) : '—'));
   });
   outcomes.replaceChildren(rows.length ? el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'channel'), el('th', {}, 'outcome'),
-    el('th', {}, 'since start'), el('th', {}, `last ${mins} min`))), el('tbody', {}, ...rows)) : el('p', { class: 'muted' }, 'No callbacks yet.'),
+    el('th', {}, 'since start'), el('th', {}, mins ? `last ${mins} min` : 'recent (from the next refresh)'))), el('tbody', {}, ...rows)) : el('p', { class: 'muted' }, 'No callbacks yet.'),
   el('p', { class: 'muted' }, 'The last-minutes column counts from when this page first read the figures; it refreshes every 15 s.'));
 
   // Each channel this node serves (the series edged makes for it at
@@ -466,11 +506,11 @@ function route() {
   for (const a of document.querySelectorAll('header nav a')) a.classList.toggle('active', h.startsWith(a.getAttribute('href')));
   const run = p => p.catch(e => { if (e.message !== 'unauthorized') show(el('p', { class: 'error' }, 'Error: ' + e.message)); });
   if (h.startsWith('#/order')) {
-    const no = h.startsWith('#/order/') ? decodeURIComponent(h.slice('#/order/'.length)) : '';
+    const no = h.startsWith('#/order/') ? safeDecode(h.slice('#/order/'.length)) : '';
     run(renderOrder(no));
   } else if (admin && h.startsWith('#/bills/')) {
     const [ch, day] = h.slice('#/bills/'.length).split('/');
-    run(renderBillRun(decodeURIComponent(ch || ''), decodeURIComponent(day || '')));
+    run(renderBillRun(safeDecode(ch || ''), safeDecode(day || '')));
   } else if (admin && h.startsWith('#/bills')) {
     run(renderBills());
   } else if (admin && h.startsWith('#/status')) {
