@@ -83,8 +83,9 @@ deps-postgres:
 		echo "missing PostgreSQL server binaries (initdb, postgres): run 'sudo apt-get install postgresql'"; exit 1; \
 	fi
 
-## run: start edged -dev (throwaway Postgres, demo channel, prints a ready curl)
-run: deps build
+## run: start edged -dev (throwaway Postgres, demo channel, prints a ready curl); needs only PostgreSQL's binaries
+run: deps-postgres
+	$(GO) build -o bin/ ./cmd/edged
 	./bin/edged -dev
 
 ## build: build the binaries into bin/
