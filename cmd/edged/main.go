@@ -38,6 +38,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "sign" {
 		os.Exit(runSign(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "secret" {
+		os.Exit(runSecret(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := ParseConfig(os.Args[1:], os.Environ())
 	if errors.Is(err, errHelp) {
 		os.Exit(0)
