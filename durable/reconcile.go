@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -171,70 +170,3 @@ func (s *Store) ProcessOps(ctx context.Context, n Notification) (Result, error) 
 // ReconcileLockID is the session advisory lock that elects the one node
 // that asks the channels (apart from the relay's and retention's).
 const ReconcileLockID = int64(0x7265636f6e63) // "reconc"
-
-// ErrNotLeader: another node holds the lock Lead tried.
-var ErrNotLeader = errors.New("durable: another node leads")
-
-// leaderCheck is how often a leader checks that its lock's connection is
-// alive: a leader that lost it stops within about this long.
-const leaderCheck = 2 * time.Second
-
-// Lead tries once for the session advisory lock lockID on a connection of
-// its own and, holding it, runs run until run returns; ErrNotLeader when
-// another session holds it. run's context ends when the lock's connection
-// fails (the lock went with it: another node may lead already) or ctx
-// ends. name labels the connection (application_name) and errors.
-func (s *Store) Lead(ctx context.Context, lockID int64, name string, run func(context.Context) error) error {
-	cc := s.ops.Config().ConnConfig.Copy()
-	cc.RuntimeParams["application_name"] = "notifyedge-" + name
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return fmt.Errorf("%s: connect: %w", name, err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var leader bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lockID).Scan(&leader); err != nil {
-		return wrap(ctx, name+": try for leadership", err)
-	}
-	if !leader {
-		return ErrNotLeader
-	}
-	rctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan struct{})
-	lost := make(chan error, 1)
-	// The check pings the lock's connection, which is not safe for two
-	// goroutines: it ends before the connection is closed.
-	var checking sync.WaitGroup
-	checking.Add(1)
-	go func() {
-		defer checking.Done()
-		t := time.NewTicker(leaderCheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				pctx, pcancel := context.WithTimeout(rctx, leaderCheck)
-				err := conn.Ping(pctx)
-				pcancel()
-				if err != nil && rctx.Err() == nil {
-					err = fmt.Errorf("%s: the leadership's connection failed: %w", name, err)
-					lost <- err
-					cancel(err)
-					return
-				}
-			}
-		}
-	}()
-	err = run(rctx)
-	close(done)
-	checking.Wait()
-	select {
-	case l := <-lost:
-		return l
-	default:
-	}
-	return err
-}

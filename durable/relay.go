@@ -55,10 +55,10 @@ const relayLockID = int64(0x6e6f74696679) // "notify"
 // RunRelay publishes unpublished outbox rows, in id order, and marks them
 // published once the broker acknowledged them: at least once to the broker
 // (a crash between publish and mark re-sends; consumers dedup on the outbox
-// id). One relay is active at a time across nodes: the leader holds a
-// session advisory lock on a dedicated connection; the others try it with
-// pg_try_advisory_lock every Poll and take over at the first try after the
-// leader's session ends. RunRelay returns when ctx ends.
+// id). One relay is active at a time across nodes (RunLeader): the leader
+// works on the lock's connection; a standby keeps its connection and tries
+// for the lock every 100 ms, so it takes over within about that long of
+// the leader's session ending. RunRelay returns when ctx ends.
 func (s *Store) RunRelay(ctx context.Context, cfg RelayConfig) error {
 	if cfg.Publisher == nil {
 		return errors.New("durable: relay without a Publisher")
@@ -71,50 +71,29 @@ func (s *Store) RunRelay(ctx context.Context, cfg RelayConfig) error {
 			cfg.OnState(st)
 		}
 	}
-	for ctx.Err() == nil {
-		err := s.lead(ctx, cfg, state)
-		state("standby")
-		if err != nil && ctx.Err() == nil {
-			if cfg.OnError != nil {
-				cfg.OnError(err)
+	s.runLeader(ctx, LeaderConfig{Name: relayName, LockID: cfg.LockID, Retry: leaderPoll, AfterError: cfg.Poll,
+		KeepConnection: true, Session: relaySession, OnError: cfg.OnError,
+		// The relay's own words for the leader: running (or degraded).
+		OnState: func(st string) {
+			if st == StateStandby {
+				state(StateStandby)
 			}
-			sleep(ctx, cfg.Poll)
-		}
-	}
+		},
+	}, true, func(ctx context.Context, conn *pgx.Conn) error { return s.relayLead(ctx, conn, cfg, state) })
 	return nil
 }
 
-// lead waits for leadership on a connection of its own, then relays until
-// an error or ctx ends. The lock goes with the connection.
+// relayName names the relay's session: "notifyedge-relay"
+// (RelayApplication).
+const relayName = "relay"
+
 // leaderPoll is how often a standby relay tries for leadership: a
 // takeover follows a leader's end within about this long.
 const leaderPoll = 100 * time.Millisecond
 
-func (s *Store) lead(ctx context.Context, cfg RelayConfig, state func(string)) error {
-	conn, err := pgx.ConnectConfig(ctx, s.relayConnConfig())
-	if err != nil {
-		return fmt.Errorf("relay: connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	state("standby")
-	// Poll rather than wait in pg_advisory_lock: a statement that waits holds
-	// its snapshot all along, which would pin the vacuum horizon (no dead
-	// row deleted or updated since could be cleaned) and make CREATE INDEX
-	// CONCURRENTLY wait for ever, for as long as a standby node waits.
-	for {
-		var leader bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, cfg.LockID).Scan(&leader); err != nil {
-			return fmt.Errorf("relay: wait for leadership: %w", err)
-		}
-		if leader {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(leaderPoll):
-		}
-	}
+// relayLead relays while this node holds the relay's lock on conn, until
+// an error or ctx ends.
+func (s *Store) relayLead(ctx context.Context, conn *pgx.Conn, cfg RelayConfig, state func(string)) error {
 	state("running")
 	if _, err := conn.Exec(ctx, "LISTEN "+outboxChannel); err != nil {
 		return fmt.Errorf("relay: listen: %w", err)
@@ -223,18 +202,24 @@ func sleep(ctx context.Context, d time.Duration) {
 // relayConnConfig is the relay's own connection: no timeouts (it holds the
 // leader's lock and waits for notifications), a name of its own.
 func (s *Store) relayConnConfig() *pgx.ConnConfig {
-	cc := s.pool.Config().ConnConfig.Copy()
+	cc := s.ops.Config().ConnConfig.Copy()
+	cc.RuntimeParams["application_name"] = RelayApplication
+	relaySession(cc)
+	return cc
+}
+
+// relaySession sets the relay's session: no timeouts (it waits for
+// notifications), and commits that need not wait for the disk.
+func relaySession(cc *pgx.ConnConfig) {
 	for _, p := range []string{"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"} {
 		delete(cc.RuntimeParams, p)
 	}
-	cc.RuntimeParams["application_name"] = RelayApplication
 	// Marking rows published need not wait for the disk: a mark lost in a
 	// crash only sends its rows again, which consumers dedup on the outbox
 	// id (at least once, as a crash between publish and mark already does).
 	// The mark's commit was a flush of its own several hundred times a
 	// second under load.
 	cc.RuntimeParams["synchronous_commit"] = "off"
-	return cc
 }
 
 // notifyWindow coalesces wake-ups: at most one NOTIFY per window (each is

@@ -249,59 +249,30 @@ SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM head),
 // then sleeps Interval. Orders, trade_refund rows, unpublished outbox rows,
 // open review rows and the claims they name are never deleted.
 //
-// A standby tries the lock with pg_try_advisory_lock every Interval and
-// closes its connection in between (the relay's standby keeps its
-// connection and tries every Poll); neither waits in pg_advisory_lock: a
-// statement that waits holds its snapshot for as long as it waits, and such a snapshot keeps vacuum from removing any row deleted
-// after it began (the dead rows retention leaves would stay for good) and
-// makes CREATE INDEX CONCURRENTLY wait for it. Nothing depends on there
-// being only one leader: two would skip each other's rows.
+// One node at a time leads (RunLeader); a standby tries every Interval
+// and holds no connection in between. Nothing depends on there being only
+// one leader: two would skip each other's rows.
 func (s *Store) RunRetention(ctx context.Context, cfg RetentionConfig) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
-	state := func(st string) {
-		if cfg.OnState != nil {
-			cfg.OnState(st)
-		}
-	}
-	state("standby")
-	for ctx.Err() == nil {
-		err := s.retain(ctx, cfg, state)
-		state("standby")
-		if err != nil && ctx.Err() == nil && cfg.OnError != nil {
-			cfg.OnError(err)
-		}
-		sleep(ctx, cfg.Interval)
-	}
+	s.runLeader(ctx, LeaderConfig{Name: "retention", LockID: cfg.LockID, Retry: cfg.Interval,
+		OnState: cfg.OnState, OnError: cfg.OnError,
+		Session: func(cc *pgx.ConnConfig) {
+			cc.RuntimeParams["statement_timeout"] = ms(cfg.StatementTimeout)
+			cc.RuntimeParams["lock_timeout"] = ms(cfg.LockTimeout)
+			// A delete lost in a crash is done again by the next cycle:
+			// its commit need not wait for the WAL flush (nor for a
+			// synchronous standby).
+			cc.RuntimeParams["synchronous_commit"] = "off"
+		},
+	}, true, func(ctx context.Context, conn *pgx.Conn) error { return s.retain(ctx, conn, cfg) })
 	return nil
 }
 
-// retain tries for leadership on a connection of its own and, if it wins,
-// runs cycles until an error or ctx ends. The lock goes with the
-// connection.
-func (s *Store) retain(ctx context.Context, cfg RetentionConfig, state func(string)) error {
-	cc := s.pool.Config().ConnConfig.Copy()
-	cc.RuntimeParams["statement_timeout"] = ms(cfg.StatementTimeout)
-	cc.RuntimeParams["lock_timeout"] = ms(cfg.LockTimeout)
-	// A delete lost in a crash is done again by the next cycle: its commit
-	// need not wait for the WAL flush (nor for a synchronous standby).
-	cc.RuntimeParams["synchronous_commit"] = "off"
-	cc.RuntimeParams["application_name"] = cmp.Or(cc.RuntimeParams["application_name"], "notifyedge") + "-retention"
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return fmt.Errorf("retention: connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var leader bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, cfg.LockID).Scan(&leader); err != nil {
-		return wrap(ctx, "retention: try for leadership", err)
-	}
-	if !leader {
-		return nil
-	}
-	state("leader")
+// retain runs cycles on the lock's connection until an error or ctx ends.
+func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) error {
 	for {
 		start := time.Now()
 		deleted, err := s.retentionCycle(ctx, conn, cfg)

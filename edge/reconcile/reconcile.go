@@ -36,7 +36,7 @@ type Store interface {
 	DueOrders(ctx context.Context, w durable.ReconcileWindow, limit int) ([]durable.DueOrder, error)
 	ScheduleReconcile(ctx context.Context, orderNo string, w durable.ReconcileWindow, r durable.Reconciled) error
 	ReconcileTarget(ctx context.Context, orderNo string) (durable.DueOrder, durable.State, error)
-	Lead(ctx context.Context, lockID int64, name string, run func(context.Context) error) error
+	RunLeader(ctx context.Context, cfg durable.LeaderConfig, lead func(context.Context) error)
 }
 
 // Decider decides a delivery built from a paid answer through the channel's
@@ -445,23 +445,15 @@ func outcomeName(o edge.Outcome) string {
 	return o.String()
 }
 
-// Run asks about due orders while this node holds the reconciler's lock,
-// and tries for it every Poll while another node does, until ctx ends.
-// It does nothing while no channel has query credentials.
+// Run asks about due orders while this node holds the reconciler's lock
+// (durable's RunLeader: one node at a time), and stands by while another
+// node does, until ctx ends. A node with no channel to ask (no query
+// credentials) does not try for the lock.
 func (r *Reconciler) Run(ctx context.Context) {
-	r.cfg.OnState("standby")
-	for ctx.Err() == nil {
-		if !r.Asks() {
-			sleep(ctx, r.cfg.Poll)
-			continue
-		}
-		err := r.cfg.Store.Lead(ctx, durable.ReconcileLockID, "reconcile", r.lead)
-		r.cfg.OnState("standby")
-		if err != nil && !errors.Is(err, durable.ErrNotLeader) && ctx.Err() == nil {
-			r.cfg.Logger.Warn("reconcile", "error", err.Error())
-		}
-		sleep(ctx, r.cfg.Poll)
-	}
+	r.cfg.Store.RunLeader(ctx, durable.LeaderConfig{Name: "reconcile", LockID: durable.ReconcileLockID, Retry: r.cfg.Poll,
+		Eligible: r.Asks, OnState: r.cfg.OnState,
+		OnError: func(err error) { r.cfg.Logger.Warn("reconcile", "error", err.Error()) },
+	}, r.lead)
 }
 
 // lead asks about due orders, a batch at a time, until ctx ends or a
@@ -470,11 +462,10 @@ func (r *Reconciler) Run(ctx context.Context) {
 // most a minute), before it reads them again, rather than asking the
 // channels about the same orders at the full rate.
 func (r *Reconciler) lead(ctx context.Context) error {
-	r.cfg.OnState("leader")
 	wait := r.cfg.Poll
 	for ctx.Err() == nil {
 		if !r.Asks() {
-			return nil
+			return nil // the credentials went with a reload: another node may ask
 		}
 		due, err := r.cfg.Store.DueOrders(ctx, r.cfg.Window, r.cfg.Batch)
 		if err != nil {

@@ -43,7 +43,8 @@ type Store interface {
 	BillRunState(ctx context.Context, channel string, day durable.BillDay) (string, error)
 	BillReview(ctx context.Context, channel, date string, item durable.BillItem, reason durable.ReviewReason) error
 	PruneBills(ctx context.Context, before time.Time) (int64, error)
-	Lead(ctx context.Context, lockID int64, name string, run func(context.Context) error) error
+	RunLeader(ctx context.Context, cfg durable.LeaderConfig, lead func(context.Context) error)
+	WithLock(ctx context.Context, lockID int64, name string, run func(context.Context) error) error
 }
 
 // Decider decides a stored delivery through the channel's adapter and an
@@ -212,7 +213,7 @@ func (r *Runner) RunDay(ctx context.Context, channel, date string) (durable.Bill
 		return durable.BillRun{}, fmt.Errorf("bills: %w", err)
 	}
 	var run durable.BillRun
-	err = r.cfg.Store.Lead(ctx, durable.BillDayLockID(channel, day), "bill", func(lctx context.Context) error {
+	err = r.cfg.Store.WithLock(ctx, durable.BillDayLockID(channel, day), "bill", func(lctx context.Context) error {
 		var err error
 		run, err = r.runDay(lctx, channel, day, b)
 		return err
@@ -405,29 +406,23 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-// Run fetches on schedule while this node holds the bills' lock, and
-// tries for it every Poll while another node does, until ctx ends.
+// Run fetches on schedule while this node holds the bills' lock (durable's
+// RunLeader: one node at a time), and stands by while another node does,
+// until ctx ends.
 func (r *Runner) Run(ctx context.Context) {
-	r.cfg.OnState("standby")
-	for ctx.Err() == nil {
-		if len(*r.billers.Load()) > 0 {
-			err := r.cfg.Store.Lead(ctx, durable.BillsLockID, "bills", r.lead)
-			r.cfg.OnState("standby")
-			if err != nil && !errors.Is(err, durable.ErrNotLeader) && ctx.Err() == nil {
-				r.cfg.Logger.Warn("bills", "error", err.Error())
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-r.cfg.Clock.After(r.cfg.Poll):
-		}
-	}
+	r.cfg.Store.RunLeader(ctx, durable.LeaderConfig{Name: "bills", LockID: durable.BillsLockID, Retry: r.cfg.Poll,
+		Eligible: func() bool { return len(*r.billers.Load()) > 0 }, OnState: r.cfg.OnState,
+		OnError: func(err error) { r.cfg.Logger.Warn("bills", "error", err.Error()) },
+	}, r.lead)
 }
 
-// lead runs what the schedule says is due, every Poll.
+// lead runs what the schedule says is due, every Poll, while some channel
+// has query credentials.
 func (r *Runner) lead(ctx context.Context) error {
-	r.cfg.OnState("leader")
 	for ctx.Err() == nil {
+		if len(*r.billers.Load()) == 0 {
+			return nil // the credentials went with a reload: another node may fetch
+		}
 		if err := r.Tick(ctx); err != nil {
 			return err
 		}
