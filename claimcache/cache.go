@@ -423,32 +423,7 @@ func (c *Cache) Wait(ctx context.Context, key []byte, d Digest) (Result, error) 
 	}
 }
 
-// Complete stores response as the key's answer, unless a done entry exists
-// (the first answer is never replaced). Call it only after Postgres
-// committed a DONE result for (key, d).
-func (c *Cache) Complete(ctx context.Context, key []byte, d Digest, response []byte) error {
-	st, err := c.state()
-	if err != nil {
-		return fmt.Errorf("complete: %w", err)
-	}
-	bp := bufs.Get().(*[]byte)
-	defer bufs.Put(bp)
-	v := doneValue((*bp)[:0], d, response)
-	*bp = v
-	rk := st.key(key)
-	err = c.call(ctx, rk, func() error {
-		return completeScript.Run(ctx, c.client, []string{rk}, v, c.resultMS).Err()
-	})
-	if err != nil {
-		return fmt.Errorf("complete: %w", err)
-	}
-	if c.local != nil {
-		c.local.put(key, st.gen, d, string(response)) // committed: this is the key's answer
-	}
-	return nil
-}
-
-// Completion is one Complete of CompleteMany.
+// Completion is one key's answer for CompleteMany.
 type Completion struct {
 	Key      []byte
 	Digest   Digest
@@ -466,8 +441,10 @@ type Completion struct {
 	Epoch uint64
 }
 
-// CompleteMany runs Complete for each of cs in one round trip (a
-// pipeline): the completions that pile up under load cost Redis and the
+// CompleteMany stores each of cs as its key's answer, unless a done entry
+// exists (the first answer is never replaced), in one round trip (a
+// pipeline); call it only after Postgres committed a DONE result for each.
+// The completions that pile up under load cost Redis and the
 // node one exchange instead of one each, and owned ones (Completion.Owned)
 // share it with concurrent claims. cs is read during the call only.
 // An error means some may not be written (each is then what a lost

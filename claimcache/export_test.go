@@ -1,6 +1,15 @@
 package claimcache
 
-import "time"
+import (
+	"context"
+	"time"
+)
+
+// Complete stores response as the key's answer, unless a done entry exists:
+// CompleteMany of one, for tests that complete a key at a time.
+func (c *Cache) Complete(ctx context.Context, key []byte, d Digest, response []byte) error {
+	return c.CompleteMany(ctx, []Completion{{Key: key, Digest: d, Response: response}})
+}
 
 // LocalShard returns which shard of c's local table holds key and how many
 // entries a shard keeps, so that an external test can predict FIFO eviction

@@ -105,7 +105,7 @@ func RelaySetting(ctx context.Context, s *Store, name string) (string, error) {
 // the first one's outcome.
 func DecideTogether(ctx context.Context, s *Store, ns []Notification) (Outcome, error) {
 	if len(ns) == 1 {
-		r, err := s.processOne(ctx, &ns[0])
+		r, err := s.processOn(ctx, s.pool, &ns[0])
 		return r.Outcome, err
 	}
 	return DecideAsBatch(ctx, s, ns)

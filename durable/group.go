@@ -237,7 +237,7 @@ func (g *group) decide(batch []*member) {
 // alone decides m in a transaction of its own.
 func (g *group) alone(m *member) {
 	g.stats.Alone.Add(1)
-	res, err := g.s.processOne(m.ctx, &m.n)
+	res, err := g.s.processOn(m.ctx, g.s.pool, &m.n)
 	if err == nil && res.Outcome == Applied {
 		g.s.poke()
 	}

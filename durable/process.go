@@ -230,7 +230,7 @@ func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 				out <- answer{err: fmt.Errorf("process %s: %v", n.BizKey, p)}
 			}
 		}()
-		res, err := s.processOne(ctx, &n)
+		res, err := s.processOn(ctx, s.pool, &n)
 		if err == nil && res.Outcome == Applied {
 			s.poke() // an outbox row was committed: wake the relay
 		}
@@ -242,11 +242,6 @@ func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 	case <-ctx.Done():
 		return Result{}, wrap(ctx, "process "+n.BizKey, ctx.Err())
 	}
-}
-
-// processOne decides one validated delivery in a transaction of its own.
-func (s *Store) processOne(ctx context.Context, n *Notification) (Result, error) {
-	return s.processOn(ctx, s.pool, n)
 }
 
 // processOn decides one validated delivery in a transaction of its own on

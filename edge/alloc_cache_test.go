@@ -82,7 +82,7 @@ func TestCacheHitAllocations(t *testing.T) {
 	g.Parse(&channel.Request{Body: body, ContentType: []byte("application/json"), Header: &req.Header}, &d)
 	answer := `{"code":"SUCCESS","outcome":"applied","status":"PAID"}`
 	stored := encodeCached(nil, 200, "application/json", []byte(answer))
-	if err := cache.Complete(context.Background(), d.Key, d.Sum, stored); err != nil {
+	if err := cache.CompleteMany(context.Background(), []claimcache.Completion{{Key: d.Key, Digest: d.Sum, Response: stored}}); err != nil {
 		t.Fatal(err)
 	}
 	hit := func() {
@@ -118,7 +118,7 @@ func TestCacheHitAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer local.Close()
-	if err := local.Complete(context.Background(), d.Key, d.Sum, stored); err != nil {
+	if err := local.CompleteMany(context.Background(), []claimcache.Completion{{Key: d.Key, Digest: d.Sum, Response: stored}}); err != nil {
 		t.Fatal(err)
 	}
 	sl, err := New(Config{Channels: []channel.Channel{g}, Authority: noAuthority{t}, Cache: local})

@@ -297,7 +297,7 @@ func BenchmarkCacheEntryBytes(b *testing.B) {
 			key := fmt.Appendf(nil, "acme:42000012342026120%08d:PAY_SUCCESS", i)
 			var d claimcache.Digest
 			d[0], d[1] = byte(i), byte(i>>8)
-			if err := cache.Complete(ctx, key, d, answer); err != nil {
+			if err := cache.CompleteMany(ctx, []claimcache.Completion{{Key: key, Digest: d, Response: answer}}); err != nil {
 				b.Fatal(err)
 			}
 		}

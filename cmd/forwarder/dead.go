@@ -83,7 +83,7 @@ func (f *forwarder) bury(work context.Context, xm redis.XMessage, reason string,
 		return
 	}
 	cfg.Metrics.forward.WithLabelValues(resultDead).Inc()
-	cfg.Log.Warn("dead-lettered", "stream_id", xm.ID, "outbox_id", xm.Values[redisstream.FieldOutboxID],
+	cfg.Logger.Warn("dead-lettered", "stream_id", xm.ID, "outbox_id", xm.Values[redisstream.FieldOutboxID],
 		"order_no", order, "attempts", attempts, "error", reason, "dead_stream", cfg.DeadStream)
 }
 
@@ -185,7 +185,7 @@ func Redrive(ctx context.Context, cfg Config) (RedriveResult, error) {
 		}
 		sleepCtx(ctx, cfg.LeaseTTL/4)
 	}
-	held := f.lease.hold(start, cfg.Log)
+	held := f.lease.hold(start, cfg.Logger)
 	defer func() {
 		lapsed := held.ctx.Err() != nil
 		held.stop()
@@ -239,7 +239,7 @@ func Redrive(ctx context.Context, cfg Config) (RedriveResult, error) {
 			if err != nil {
 				blocked[order] = true
 				res.Remaining++
-				cfg.Log.Warn("re-drive: left in the dead-letter stream with the rest of its order",
+				cfg.Logger.Warn("re-drive: left in the dead-letter stream with the rest of its order",
 					"stream_id", d.ID, "order_no", order, "error", err.Error())
 				continue
 			}
@@ -269,7 +269,7 @@ func Redrive(ctx context.Context, cfg Config) (RedriveResult, error) {
 			return res, fmt.Errorf("redrive: srem %s: %w", key, err)
 		}
 	}
-	cfg.Log.Info("re-drive done", "delivered", res.Delivered, "remaining", res.Remaining, "still_dead_orders", len(res.StillDead))
+	cfg.Logger.Info("re-drive done", "delivered", res.Delivered, "remaining", res.Remaining, "still_dead_orders", len(res.StillDead))
 	return res, nil
 }
 
@@ -292,7 +292,7 @@ func (f *forwarder) redeliver(ctx, work context.Context, m redisstream.Message, 
 		}
 		wait := min(backoff(attempt, cfg.BackoffMin, cfg.BackoffMax), left)
 		if ok, suppressed := f.retryLog.allow(); ok {
-			cfg.Log.Warn("re-drive: delivery failed, will retry", "outbox_id", m.OutboxID, "order_no", m.OrderNo,
+			cfg.Logger.Warn("re-drive: delivery failed, will retry", "outbox_id", m.OutboxID, "order_no", m.OrderNo,
 				"attempt", attempt, "backoff", wait.String(), "error", err.Error(), "suppressed", suppressed)
 		}
 		select {

@@ -64,8 +64,8 @@ type Config struct {
 	// RedriveGiveUp is how long Redrive retries one dead entry before it
 	// leaves that order in the dead-letter stream (default 1m).
 	RedriveGiveUp time.Duration
-	// Log receives JSON-able structured logs (default: discarded).
-	Log *slog.Logger
+	// Logger receives JSON-able structured logs (default: discarded).
+	Logger *slog.Logger
 	// Metrics is where counts go (default: a private set).
 	Metrics *Metrics
 	// HTTPClient posts the events (default: one with Timeout that follows
@@ -110,8 +110,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxHeld = cmp.Or(max(c.MaxHeld, 0), 100000)
 	c.Block = cmp.Or(c.Block, time.Second)
 	c.RedriveGiveUp = cmp.Or(c.RedriveGiveUp, time.Minute)
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
@@ -188,7 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if holder != "" {
 			if !standbyLogged {
-				cfg.Log.Info("standby: another forwarder holds the lease", "holder", holder, "group", cfg.Group)
+				cfg.Logger.Info("standby: another forwarder holds the lease", "holder", holder, "group", cfg.Group)
 				standbyLogged = true
 			}
 			sleepCtx(ctx, f.lease.ttl/4)
@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
-			cfg.Log.Warn("lease term ended", "error", err.Error())
+			cfg.Logger.Warn("lease term ended", "error", err.Error())
 			sleepCtx(ctx, f.lease.ttl/4)
 		}
 	}
@@ -210,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 // term is one lease term: from acquiring the lease to losing or giving it up.
 func (f *forwarder) term(ctx context.Context, start time.Time) error {
 	cfg := f.cfg
-	held := f.lease.hold(start, cfg.Log)
+	held := f.lease.hold(start, cfg.Logger)
 	// work ends when the lease lapses or a worker aborts; ctx ending lets
 	// the attempts in flight finish (and be acknowledged) first.
 	work, abort := context.WithCancelCause(held.ctx)
@@ -227,7 +227,7 @@ func (f *forwarder) term(ctx context.Context, start time.Time) error {
 			cancel()
 		}
 	}()
-	cfg.Log.Info("active: lease acquired", "group", cfg.Group, "name", cfg.Name)
+	cfg.Logger.Info("active: lease acquired", "group", cfg.Group, "name", cfg.Name)
 	cfg.Metrics.active.Set(1)
 
 	if err := f.ensureGroup(work); err != nil {
@@ -402,7 +402,7 @@ func (f *forwarder) attempt(ctx, work context.Context, xm redis.XMessage, attemp
 	}
 	if len(xm.Values) == 0 {
 		// Trimmed or deleted from the stream while pending: nothing to send.
-		cfg.Log.Warn("pending entry no longer in the stream", "stream_id", xm.ID)
+		cfg.Logger.Warn("pending entry no longer in the stream", "stream_id", xm.ID)
 		f.ack(work, xm.ID)
 		return attemptResult{}, nil
 	}
@@ -445,7 +445,7 @@ func (f *forwarder) attempt(ctx, work context.Context, xm redis.XMessage, attemp
 		cfg.afterFailure(m, attempt, wait)
 	}
 	if ok, suppressed := f.retryLog.allow(); ok {
-		cfg.Log.Warn("delivery failed, will retry", "outbox_id", m.OutboxID, "order_no", m.OrderNo,
+		cfg.Logger.Warn("delivery failed, will retry", "outbox_id", m.OutboxID, "order_no", m.OrderNo,
 			"attempt", attempt, "backoff", wait.String(), "error", err.Error(), "suppressed", suppressed)
 	}
 	return attemptResult{failed: true, retryIn: wait}, nil
@@ -479,7 +479,7 @@ func (f *forwarder) retryRedis(work context.Context, what string, op func(contex
 
 func (f *forwarder) redisError(what string, err error) {
 	if ok, suppressed := f.redisLog.allow(); ok {
-		f.cfg.Log.Warn("redis", "op", what, "error", err.Error(), "suppressed", suppressed)
+		f.cfg.Logger.Warn("redis", "op", what, "error", err.Error(), "suppressed", suppressed)
 	}
 }
 

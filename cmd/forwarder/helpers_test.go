@@ -105,7 +105,7 @@ func (e *testEnv) config(name string) Config {
 		URL: e.recv.srv.URL, Secret: e.secret, Timeout: 2 * time.Second, MaxAge: time.Hour,
 		LeaseTTL: 500 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 80 * time.Millisecond,
 		Partitions: 4, Block: 100 * time.Millisecond, RedriveGiveUp: 300 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(e.t.Output(), nil)), Metrics: NewMetrics(),
+		Logger: slog.New(slog.NewTextHandler(e.t.Output(), nil)), Metrics: NewMetrics(),
 	}
 }
 

@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer client.Close()
 	cfg := opts.cfg
-	cfg.Client, cfg.Log, cfg.Metrics = client, log, NewMetrics()
+	cfg.Client, cfg.Logger, cfg.Metrics = client, log, NewMetrics()
 
 	if opts.redrive {
 		res, err := Redrive(ctx, cfg)

@@ -9,7 +9,6 @@ package channel
 
 import (
 	"bytes"
-	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -296,18 +295,6 @@ func channelEvent(b []byte) bool {
 		return true
 	}
 	return false
-}
-
-// ParseRSAPublicKey reads one key in any form ParsePublicKeys takes.
-func ParseRSAPublicKey(s string) (*rsa.PublicKey, error) {
-	keys, err := ParsePublicKeys(s)
-	if err != nil {
-		return nil, err
-	}
-	if len(keys) != 1 {
-		return nil, fmt.Errorf("%d keys, want one", len(keys))
-	}
-	return keys[0].Key, nil
 }
 
 // printable renders a field name for a message (field names are the

@@ -25,12 +25,6 @@ type PublicKey struct {
 	NotAfter time.Time
 }
 
-// Expired reports whether k is a certificate past its NotAfter at now: a
-// signature by it is refused like one by an unknown key.
-func (k PublicKey) Expired(now time.Time) bool {
-	return !k.NotAfter.IsZero() && now.After(k.NotAfter)
-}
-
 // ParsePublicKeys reads every key in text, in the forms the channels'
 // consoles and downloaders hand out: PEM blocks (PUBLIC KEY, RSA PUBLIC
 // KEY, CERTIFICATE; several in a row), and white-space separated base64 DER
