@@ -98,44 +98,52 @@ func (cc ChannelConfig) varName(k string) string {
 }
 
 // ParseConfig reads args (without the program name) and env ("K=V" pairs).
+// Every setting is a flag with its environment variable: the variable is
+// the default, the flag wins; each is parsed once, by its own type.
 func ParseConfig(args, env []string) (Config, error) {
 	vars := envVars(env)
-	get := func(k, def string) string {
-		if v, ok := vars[k]; ok && v != "" {
-			return v
-		}
-		return def
-	}
 	var c Config
-	var budget, maxBody, ttl, drain, drainDelay, relay, group, idle, perIP, startTimeout, replicas string
 	fs := flag.NewFlagSet("edged", flag.ContinueOnError)
-	fs.StringVar(&c.Listen, "listen", get("EDGE_LISTEN", ":8080"), "public listen address (EDGE_LISTEN)")
-	fs.StringVar(&c.AdminListen, "admin-listen", get("EDGE_ADMIN_LISTEN", "127.0.0.1:9090"), "admin listen address (EDGE_ADMIN_LISTEN)")
-	fs.StringVar(&budget, "budget", get("EDGE_BUDGET", "200ms"), "latency budget from request read to response written (EDGE_BUDGET)")
-	fs.StringVar(&maxBody, "max-body", get("EDGE_MAX_BODY", "64KiB"), "largest accepted body (EDGE_MAX_BODY)")
-	fs.StringVar(&ttl, "result-ttl", get("EDGE_RESULT_TTL", "24h"), "how long the cache keeps a result (EDGE_RESULT_TTL)")
-	fs.StringVar(&drain, "drain", get("EDGE_DRAIN", "10s"), "how long in-flight requests may finish on shutdown (EDGE_DRAIN)")
-	fs.StringVar(&startTimeout, "start-timeout", get("EDGE_START_TIMEOUT", "60s"), "how long to wait for Postgres at start, 0 for ever (EDGE_START_TIMEOUT)")
-	fs.StringVar(&drainDelay, "drain-delay", get("EDGE_DRAIN_DELAY", "5s"), "from SIGTERM, how long /readyz answers 503 while the listener still serves (EDGE_DRAIN_DELAY)")
-	fs.StringVar(&relay, "relay", get("EDGE_RELAY", "true"), "run the outbox relay where EDGE_STREAM_URL is set (EDGE_RELAY)")
-	fs.StringVar(&replicas, "stream-replicas", get("EDGE_STREAM_REPLICAS", "0"), "replicas that must hold a published entry (WAIT) before its outbox row is marked published (EDGE_STREAM_REPLICAS)")
-	fs.StringVar(&group, "group-commit", get("EDGE_GROUP_COMMIT", "true"), "decide concurrent first deliveries together, one transaction per batch (EDGE_GROUP_COMMIT)")
-	var claimKeep, outboxKeep, reviewKeep string
-	fs.StringVar(&claimKeep, "claim-retention", get("EDGE_CLAIM_RETENTION", "168h"), "delete claims older than this, at least 25h: the channels' retry window (EDGE_CLAIM_RETENTION)")
-	fs.StringVar(&outboxKeep, "outbox-retention", get("EDGE_OUTBOX_RETENTION", "168h"), "delete published outbox rows and consumer-inbox rows older than this (EDGE_OUTBOX_RETENTION)")
-	fs.StringVar(&reviewKeep, "review-retention", get("EDGE_REVIEW_RETENTION", "2160h"), "delete resolved review rows, which hold raw bodies, older than this (EDGE_REVIEW_RETENTION)")
-	fs.StringVar(&idle, "idle-timeout", get("EDGE_IDLE_TIMEOUT", "5s"), "close keep-alive connections idle this long (EDGE_IDLE_TIMEOUT)")
-	fs.StringVar(&perIP, "max-conns-per-ip", get("EDGE_MAX_CONNS_PER_IP", "256"), "connections one client address may hold open, 0 for no cap: set 0 behind a proxy (EDGE_MAX_CONNS_PER_IP)")
-	var reconcile, reconcileAfter, reconcileHorizon string
-	fs.StringVar(&reconcile, "reconcile", get("EDGE_RECONCILE", "true"), "ask the channels about orders still PENDING_PAY, where query credentials are set (EDGE_RECONCILE)")
-	fs.StringVar(&reconcileAfter, "reconcile-after", get("EDGE_RECONCILE_AFTER", "10m"), "first ask about a PENDING_PAY order this long after it was registered (EDGE_RECONCILE_AFTER)")
-	fs.StringVar(&reconcileHorizon, "reconcile-horizon", get("EDGE_RECONCILE_HORIZON", "72h"), "stop asking about an order this long after it was registered (EDGE_RECONCILE_HORIZON)")
-	var bills, billsAt, billsTZ, billsGiveUp, billKeep string
-	fs.StringVar(&bills, "bills", get("EDGE_BILLS", "true"), "compare each channel's daily statement with the ledger, where query credentials are set (EDGE_BILLS)")
-	fs.StringVar(&billsAt, "bills-at", get("EDGE_BILLS_AT", "10:30"), "fetch the previous day's statements after this time of day, HH:MM in -bills-tz (EDGE_BILLS_AT)")
-	fs.StringVar(&billsTZ, "bills-tz", get("EDGE_BILLS_TZ", "Asia/Shanghai"), "the zone of the channels' days (EDGE_BILLS_TZ)")
-	fs.StringVar(&billsGiveUp, "bills-give-up", get("EDGE_BILLS_GIVE_UP", "18:00"), "a statement still not ready at this time of day is missing, HH:MM (EDGE_BILLS_GIVE_UP)")
-	fs.StringVar(&billKeep, "bill-retention", get("EDGE_BILL_RETENTION", "2160h"), "delete bill runs and their items older than this (EDGE_BILL_RETENTION)")
+	settings := []struct {
+		name, env, def, usage string
+		value                 flag.Value
+	}{
+		{"listen", "EDGE_LISTEN", ":8080", "public listen address", (*stringValue)(&c.Listen)},
+		{"admin-listen", "EDGE_ADMIN_LISTEN", "127.0.0.1:9090", "admin listen address", (*stringValue)(&c.AdminListen)},
+		{"budget", "EDGE_BUDGET", "200ms", "latency budget from request read to response written", positive(&c.Budget)},
+		{"max-body", "EDGE_MAX_BODY", "64KiB", "largest accepted body", (*sizeValue)(&c.MaxBody)},
+		{"result-ttl", "EDGE_RESULT_TTL", "24h", "how long the cache keeps a result", positive(&c.ResultTTL)},
+		{"drain", "EDGE_DRAIN", "10s", "how long in-flight requests may finish on shutdown", positive(&c.Drain)},
+		{"start-timeout", "EDGE_START_TIMEOUT", "60s", "how long to wait for Postgres at start, 0 for ever", nonNegative(&c.StartTimeout)},
+		{"drain-delay", "EDGE_DRAIN_DELAY", "5s", "from SIGTERM, how long /readyz answers 503 while the listener still serves", nonNegative(&c.DrainDelay)},
+		{"relay", "EDGE_RELAY", "true", "run the outbox relay where EDGE_STREAM_URL is set", (*boolValue)(&c.Relay)},
+		{"stream-replicas", "EDGE_STREAM_REPLICAS", "0", "replicas that must hold a published entry (WAIT) before its outbox row is marked published", (*countValue)(&c.StreamReplicas)},
+		{"group-commit", "EDGE_GROUP_COMMIT", "true", "decide concurrent first deliveries together, one transaction per batch", (*boolValue)(&c.GroupCommit)},
+		{"claim-retention", "EDGE_CLAIM_RETENTION", "168h", "delete claims older than this, at least 25h: the channels' retry window", positive(&c.ClaimRetention)},
+		{"outbox-retention", "EDGE_OUTBOX_RETENTION", "168h", "delete published outbox rows and consumer-inbox rows older than this", positive(&c.OutboxRetention)},
+		{"review-retention", "EDGE_REVIEW_RETENTION", "2160h", "delete resolved review rows, which hold raw bodies, older than this", positive(&c.ReviewRetention)},
+		{"idle-timeout", "EDGE_IDLE_TIMEOUT", "5s", "close keep-alive connections idle this long", positive(&c.IdleTimeout)},
+		{"max-conns-per-ip", "EDGE_MAX_CONNS_PER_IP", "256", "connections one client address may hold open, 0 for no cap: set 0 behind a proxy", (*countValue)(&c.MaxConnsPerIP)},
+		{"reconcile", "EDGE_RECONCILE", "true", "ask the channels about orders still PENDING_PAY, where query credentials are set", (*boolValue)(&c.Reconcile)},
+		{"reconcile-after", "EDGE_RECONCILE_AFTER", "10m", "first ask about a PENDING_PAY order this long after it was registered", positive(&c.ReconcileAfter)},
+		{"reconcile-horizon", "EDGE_RECONCILE_HORIZON", "72h", "stop asking about an order this long after it was registered", positive(&c.ReconcileHorizon)},
+		{"reconcile-rate", "EDGE_RECONCILE_RATE", "10", "queries a second per channel, at most (above 0, up to 1000)", (*rateValue)(&c.ReconcileRate)},
+		{"bills", "EDGE_BILLS", "true", "compare each channel's daily statement with the ledger, where query credentials are set", (*boolValue)(&c.Bills)},
+		{"bills-at", "EDGE_BILLS_AT", "10:30", "fetch the previous day's statements after this time of day, HH:MM in -bills-tz", (*timeOfDayValue)(&c.BillsAt)},
+		{"bills-tz", "EDGE_BILLS_TZ", "Asia/Shanghai", "the zone of the channels' days", zoneValue{&c.BillsZone}},
+		{"bills-give-up", "EDGE_BILLS_GIVE_UP", "18:00", "a statement still not ready at this time of day is missing, HH:MM", (*timeOfDayValue)(&c.BillsGiveUp)},
+		{"bill-retention", "EDGE_BILL_RETENTION", "2160h", "delete bill runs and their items older than this", positive(&c.BillRetention)},
+	}
+	for _, st := range settings {
+		v := st.def
+		if e, ok := vars[st.env]; ok && e != "" {
+			v = e
+		}
+		if err := st.value.Set(v); err != nil {
+			return Config{}, fmt.Errorf("-%s (%s): %w", st.name, st.env, err)
+		}
+		fs.Var(st.value, st.name, st.usage+" ("+st.env+")")
+	}
 	fs.BoolVar(&c.Dev, "dev", false, "throwaway Postgres and in-process Redis unless DATABASE_URL/REDIS_URL are given")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -143,87 +151,17 @@ func ParseConfig(args, env []string) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	var err error
-	if c.Budget, err = positiveDuration("budget", budget); err != nil {
-		return Config{}, err
-	}
-	if c.ResultTTL, err = positiveDuration("result-ttl", ttl); err != nil {
-		return Config{}, err
-	}
-	if c.Drain, err = positiveDuration("drain", drain); err != nil {
-		return Config{}, err
-	}
-	if c.StartTimeout, err = time.ParseDuration(startTimeout); err != nil || c.StartTimeout < 0 {
-		return Config{}, fmt.Errorf("start-timeout: %q is not a duration ≥ 0", startTimeout)
-	}
-	if c.DrainDelay, err = time.ParseDuration(drainDelay); err != nil || c.DrainDelay < 0 {
-		return Config{}, fmt.Errorf("drain-delay: %q is not a duration ≥ 0", drainDelay)
-	}
-	if c.IdleTimeout, err = positiveDuration("idle-timeout", idle); err != nil {
-		return Config{}, err
-	}
-	if c.MaxConnsPerIP, err = strconv.Atoi(perIP); err != nil || c.MaxConnsPerIP < 0 {
-		return Config{}, fmt.Errorf("max-conns-per-ip: %q is not a whole number ≥ 0", perIP)
-	}
-	if c.MaxBody, err = parseSize(maxBody); err != nil {
-		return Config{}, fmt.Errorf("max-body: %w", err)
-	}
-	if c.Relay, err = strconv.ParseBool(relay); err != nil {
-		return Config{}, fmt.Errorf("relay: %q is not true or false", relay)
-	}
-	if c.StreamReplicas, err = strconv.Atoi(replicas); err != nil || c.StreamReplicas < 0 {
-		return Config{}, fmt.Errorf("stream-replicas: %q is not a whole number ≥ 0", replicas)
-	}
-	if c.GroupCommit, err = strconv.ParseBool(group); err != nil {
-		return Config{}, fmt.Errorf("group-commit: %q is not true or false", group)
-	}
-	if c.ClaimRetention, err = positiveDuration("claim-retention", claimKeep); err != nil {
-		return Config{}, err
-	}
 	if c.ClaimRetention < durable.MinClaimRetention {
 		return Config{}, fmt.Errorf("-claim-retention (EDGE_CLAIM_RETENTION): %s is below %s, the channels' retry window: a retry must still find its claim",
 			c.ClaimRetention, durable.MinClaimRetention)
 	}
-	if c.OutboxRetention, err = positiveDuration("outbox-retention", outboxKeep); err != nil {
-		return Config{}, err
-	}
-	if c.ReviewRetention, err = positiveDuration("review-retention", reviewKeep); err != nil {
-		return Config{}, err
-	}
-	if c.Reconcile, err = strconv.ParseBool(reconcile); err != nil {
-		return Config{}, fmt.Errorf("reconcile: %q is not true or false", reconcile)
-	}
-	if c.ReconcileAfter, err = positiveDuration("reconcile-after", reconcileAfter); err != nil {
-		return Config{}, err
-	}
-	if c.ReconcileHorizon, err = positiveDuration("reconcile-horizon", reconcileHorizon); err != nil {
-		return Config{}, err
-	}
 	if c.ReconcileHorizon <= c.ReconcileAfter {
 		return Config{}, fmt.Errorf("-reconcile-horizon (%s) must be past -reconcile-after (%s)", c.ReconcileHorizon, c.ReconcileAfter)
 	}
-	rateText := get("EDGE_RECONCILE_RATE", "10")
-	if c.ReconcileRate, err = strconv.ParseFloat(rateText, 64); err != nil || !(c.ReconcileRate > 0) || c.ReconcileRate > 1000 {
-		return Config{}, fmt.Errorf("EDGE_RECONCILE_RATE: %q is not a rate of queries a second per channel (above 0, at most 1000)", rateText)
-	}
-	if c.Bills, err = strconv.ParseBool(bills); err != nil {
-		return Config{}, fmt.Errorf("bills: %q is not true or false", bills)
-	}
-	if c.BillsAt, err = timeOfDay("bills-at", billsAt); err != nil {
-		return Config{}, err
-	}
-	if c.BillsGiveUp, err = timeOfDay("bills-give-up", billsGiveUp); err != nil {
-		return Config{}, err
-	}
 	if c.BillsGiveUp <= c.BillsAt {
-		return Config{}, fmt.Errorf("-bills-give-up (%s) must be later in the day than -bills-at (%s)", billsGiveUp, billsAt)
+		return Config{}, fmt.Errorf("-bills-give-up (%s) must be later in the day than -bills-at (%s)", clockOf(c.BillsGiveUp), clockOf(c.BillsAt))
 	}
-	if c.BillsZone, err = time.LoadLocation(billsTZ); err != nil || billsTZ == "" || billsTZ == "Local" {
-		return Config{}, fmt.Errorf("bills-tz: %q is not a time zone name such as Asia/Shanghai", billsTZ)
-	}
-	if c.BillRetention, err = positiveDuration("bill-retention", billKeep); err != nil {
-		return Config{}, err
-	}
+	var err error
 	c.DatabaseURL = vars["DATABASE_URL"]
 	c.RedisURL = vars["REDIS_URL"]
 	c.StreamURL = vars["EDGE_STREAM_URL"]
@@ -242,24 +180,122 @@ func ParseConfig(args, env []string) (Config, error) {
 	return c, nil
 }
 
-func positiveDuration(name, s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s: %q is not a positive duration", name, s)
+// The settings' types: each parses and checks its text once, whether it
+// comes from the environment or a flag.
+type (
+	stringValue    string
+	boolValue      bool
+	countValue     int // a whole number >= 0
+	sizeValue      int // bytes: "65536", "64KiB", "1MiB", "64KB", "1MB"
+	rateValue      float64
+	timeOfDayValue time.Duration // HH:MM past midnight, 00:00 to 24:00
+	zoneValue      struct{ z **time.Location }
+	durationValue  struct {
+		d         *time.Duration
+		allowZero bool
 	}
-	return d, nil
+)
+
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *stringValue) String() string     { return string(*v) }
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", s)
+	}
+	*v = boolValue(b)
+	return nil
 }
 
-// timeOfDay reads HH:MM (00:00 to 24:00) as the time past midnight.
-func timeOfDay(name, s string) (time.Duration, error) {
-	t, err := time.Parse("15:04", s)
+// String prints the value. A boolValue is not a flag.boolFlag: "-relay
+// false" takes its value as every other setting does, as it always has.
+func (v *boolValue) String() string { return strconv.FormatBool(bool(*v)) }
+
+func (v *countValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a whole number ≥ 0", s)
+	}
+	*v = countValue(n)
+	return nil
+}
+func (v *countValue) String() string { return strconv.Itoa(int(*v)) }
+
+func (v *sizeValue) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*v = sizeValue(n)
+	return nil
+}
+func (v *sizeValue) String() string { return strconv.Itoa(int(*v)) }
+
+func (v *rateValue) Set(s string) error {
+	r, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(r > 0) || r > 1000 {
+		return fmt.Errorf("%q is not a rate of queries a second per channel (above 0, at most 1000)", s)
+	}
+	*v = rateValue(r)
+	return nil
+}
+func (v *rateValue) String() string { return strconv.FormatFloat(float64(*v), 'f', -1, 64) }
+
+func (v *timeOfDayValue) Set(s string) error {
 	if s == "24:00" {
-		return 24 * time.Hour, nil
+		*v = timeOfDayValue(24 * time.Hour)
+		return nil
 	}
+	t, err := time.Parse("15:04", s)
 	if err != nil || len(s) != 5 {
-		return 0, fmt.Errorf("%s: %q is not a time of day HH:MM", name, s)
+		return fmt.Errorf("%q is not a time of day HH:MM", s)
 	}
-	return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute, nil
+	*v = timeOfDayValue(time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute)
+	return nil
+}
+func (v *timeOfDayValue) String() string { return clockOf(time.Duration(*v)) }
+
+// clockOf prints a time past midnight as HH:MM.
+func clockOf(d time.Duration) string {
+	return fmt.Sprintf("%02d:%02d", int(d.Hours()), int(d.Minutes())%60)
+}
+
+func (v zoneValue) Set(s string) error {
+	z, err := time.LoadLocation(s)
+	if err != nil || s == "" || s == "Local" {
+		return fmt.Errorf("%q is not a time zone name such as Asia/Shanghai", s)
+	}
+	*v.z = z
+	return nil
+}
+func (v zoneValue) String() string {
+	if v.z == nil || *v.z == nil {
+		return ""
+	}
+	return (*v.z).String()
+}
+
+// positive is a duration above 0; nonNegative one of 0 or more.
+func positive(d *time.Duration) *durationValue    { return &durationValue{d: d} }
+func nonNegative(d *time.Duration) *durationValue { return &durationValue{d: d, allowZero: true} }
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil, d < 0:
+		return fmt.Errorf("%q is not a duration ≥ 0", s)
+	case d == 0 && !v.allowZero:
+		return fmt.Errorf("%q is not a positive duration", s)
+	}
+	*v.d = d
+	return nil
+}
+func (v *durationValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
 }
 
 // parseSize reads "65536", "64KiB", "1MiB", "64KB" or "1MB".

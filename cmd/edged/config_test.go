@@ -60,6 +60,19 @@ func TestParseConfigFlagsOverrideEnv(t *testing.T) {
 		Secret: secret + " whsec_b2xk\n", SecretVar: "EDGE_SECRETFILE_PAY_2"}}, c.Channels); d != "" {
 		t.Errorf("channels (-want +got):\n%s", d)
 	}
+	// Every setting has a flag, EDGE_RECONCILE_RATE's too, each typed.
+	c, err = ParseConfig([]string{"-reconcile-rate", "2.5", "-bills-at", "09:15", "-bills-tz", "UTC", "-stream-replicas", "2"},
+		[]string{"DATABASE_URL=postgres://db/x", "EDGE_SECRET_ACME=" + secret, "EDGE_RECONCILE_RATE=5", "EDGE_BILLS_AT=11:00"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ReconcileRate != 2.5 || c.BillsAt != 9*time.Hour+15*time.Minute || c.BillsZone.String() != "UTC" || c.StreamReplicas != 2 {
+		t.Errorf("typed flags over the environment: %+v", c)
+	}
+	if _, err := ParseConfig([]string{"-reconcile-rate", "0"}, []string{"DATABASE_URL=postgres://db/x", "EDGE_SECRET_ACME=" + secret}); err == nil ||
+		!strings.Contains(err.Error(), "reconcile-rate") {
+		t.Errorf("-reconcile-rate 0: %v", err)
+	}
 }
 
 func TestParseConfigErrors(t *testing.T) {
