@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // The retention rows: first deliveries at half the "first" peak, once over
@@ -254,21 +255,12 @@ func untilDeleted(of string, share float64) driver {
 			select {
 			case <-r.cycled:
 				// The rest of Config.Duration, if the backlog went sooner.
-				sleepCtx(actx, time.Until(r.start.Add(e.cfg.Duration)))
+				wait.Sleep(actx, time.Until(r.start.Add(e.cfg.Duration)))
 				cancel()
 			case <-actx.Done():
 			}
 		}()
 		return openLoop(actx, e.tg, s.name, url, e.rateAt(of, share), maxDeletion, s.source(e.pool), t, e.cfg.Progress), nil
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(max(d, 0))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/invariant"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // The scale-out scenario: real engines where users run them. Postgres with
@@ -162,7 +163,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 			// nothing until a replica holds its writes again: the operator
 			// brings the dead node back, and it rejoins as one.
 			go func() {
-				sleepCtx(ctx, 5*time.Second)
+				wait.Sleep(ctx, 5*time.Second)
 				rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 				defer cancel()
 				if err := m.Restart(rctx); err != nil {
@@ -179,7 +180,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	go func() {
 		defer fw.Done()
 		for _, f := range faults {
-			sleepCtx(ctx, time.Until(start.Add(f.at)))
+			wait.Sleep(ctx, time.Until(start.Add(f.at)))
 			say(cfg.Progress, "  +%s %s", time.Since(start).Round(time.Second), f.what)
 			rep.Faults = append(rep.Faults, ScaleFault{What: f.what, At: time.Since(start)})
 			if err := f.do(); err != nil {
@@ -313,7 +314,7 @@ frontend three
 	st.one, st.three = "http://"+one, "http://"+three
 	// Up once its checks have seen the nodes (rise 2 at 500 ms): any answer
 	// but haproxy's own 503 comes from an edged.
-	sleepCtx(ctx, 1500*time.Millisecond)
+	wait.Sleep(ctx, 1500*time.Millisecond)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if resp, err := http.Get(st.three + "/"); err == nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // One node at a time does each of the background roles (the outbox relay,
@@ -107,14 +109,14 @@ func (s *Store) runLeader(ctx context.Context, cfg LeaderConfig, usesConn bool, 
 				conn.Close(context.WithoutCancel(ctx))
 				conn = nil
 			}
-			sleep(ctx, cfg.Retry)
+			wait.Sleep(ctx, cfg.Retry)
 			continue
 		}
 		if conn == nil {
 			var err error
 			if conn, err = s.leaderConn(ctx, cfg); err != nil {
 				fail(err)
-				sleep(ctx, cfg.AfterError)
+				wait.Sleep(ctx, cfg.AfterError)
 				continue
 			}
 		}
@@ -123,7 +125,7 @@ func (s *Store) runLeader(ctx context.Context, cfg LeaderConfig, usesConn bool, 
 			fail(wrap(ctx, cfg.Name+": try for leadership", err))
 			conn.Close(context.WithoutCancel(ctx))
 			conn = nil
-			sleep(ctx, cfg.AfterError)
+			wait.Sleep(ctx, cfg.AfterError)
 			continue
 		}
 		if !held {
@@ -131,7 +133,7 @@ func (s *Store) runLeader(ctx context.Context, cfg LeaderConfig, usesConn bool, 
 				conn.Close(context.WithoutCancel(ctx))
 				conn = nil
 			}
-			sleep(ctx, cfg.Retry)
+			wait.Sleep(ctx, cfg.Retry)
 			continue
 		}
 		state(StateLeader)
@@ -141,7 +143,7 @@ func (s *Store) runLeader(ctx context.Context, cfg LeaderConfig, usesConn bool, 
 		conn = nil
 		if err != nil && ctx.Err() == nil {
 			fail(err)
-			sleep(ctx, cfg.AfterError)
+			wait.Sleep(ctx, cfg.AfterError)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/notifyedge/notifyedge/durable/outbox"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // OutboxMessage is one outbox row as the relay publishes it
@@ -116,7 +117,7 @@ func (s *Store) relayLead(ctx context.Context, conn *pgx.Conn, cfg RelayConfig, 
 			if cfg.OnUnconfirmed != nil {
 				cfg.OnUnconfirmed(err)
 			}
-			sleep(ctx, cfg.Poll)
+			wait.Sleep(ctx, cfg.Poll)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -143,7 +144,7 @@ func (s *Store) relayLead(ctx context.Context, conn *pgx.Conn, cfg RelayConfig, 
 		// Under load, wake-ups come every few milliseconds: the rows of
 		// several go in one batch (one read, one publish, one mark).
 		if d := relayPace - time.Since(started); d > 0 {
-			sleep(ctx, d)
+			wait.Sleep(ctx, d)
 		}
 	}
 }
@@ -188,15 +189,6 @@ func (s *Store) relayBatch(ctx context.Context, conn *pgx.Conn, cfg RelayConfig)
 		return 0, fmt.Errorf("relay: mark published: %w", err)
 	}
 	return len(msgs), nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // relayConnConfig is the relay's own connection: no timeouts (it holds the

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // The retention defaults (the README's configuration table).
@@ -285,7 +287,7 @@ func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig)
 		if cfg.OnCycle != nil {
 			cfg.OnCycle(RetentionCycle{Deleted: deleted, Took: time.Since(start)})
 		}
-		sleep(ctx, cfg.Interval)
+		wait.Sleep(ctx, cfg.Interval)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -334,7 +336,7 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 				break
 			}
 			// A batch that took long met contention: back off as long.
-			sleep(ctx, max(cfg.Pause, time.Since(began)))
+			wait.Sleep(ctx, max(cfg.Pause, time.Since(began)))
 			if ctx.Err() != nil {
 				return deleted, ctx.Err()
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // Fields a dead-letter entry adds to the original entry's.
@@ -183,7 +184,7 @@ func Redrive(ctx context.Context, cfg Config) (RedriveResult, error) {
 			}
 			return res, fmt.Errorf("redrive: a running forwarder holds the lease (%s): stop it, re-drive, start it again", holder)
 		}
-		sleepCtx(ctx, cfg.LeaseTTL/4)
+		wait.Sleep(ctx, cfg.LeaseTTL/4)
 	}
 	held := f.lease.hold(start, cfg.Logger)
 	defer func() {

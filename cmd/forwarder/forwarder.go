@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -183,7 +184,7 @@ func Run(ctx context.Context, cfg Config) error {
 		start, holder, err := f.lease.try(ctx)
 		if err != nil {
 			f.redisError("acquire lease", err)
-			sleepCtx(ctx, f.lease.ttl/4)
+			wait.Sleep(ctx, f.lease.ttl/4)
 			continue
 		}
 		if holder != "" {
@@ -191,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 				cfg.Logger.Info("standby: another forwarder holds the lease", "holder", holder, "group", cfg.Group)
 				standbyLogged = true
 			}
-			sleepCtx(ctx, f.lease.ttl/4)
+			wait.Sleep(ctx, f.lease.ttl/4)
 			continue
 		}
 		standbyLogged = false
@@ -201,7 +202,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if err != nil && ctx.Err() == nil {
 			cfg.Logger.Warn("lease term ended", "error", err.Error())
-			sleepCtx(ctx, f.lease.ttl/4)
+			wait.Sleep(ctx, f.lease.ttl/4)
 		}
 	}
 	return nil
@@ -331,7 +332,7 @@ func (f *forwarder) dispatch(ctx, work context.Context, sched *scheduler) error 
 					f.redisError("create group", err)
 				}
 			}
-			sleepCtx(work, 200*time.Millisecond)
+			wait.Sleep(work, 200*time.Millisecond)
 			continue
 		}
 		for _, s := range streams {
@@ -472,7 +473,7 @@ func (f *forwarder) retryRedis(work context.Context, what string, op func(contex
 			break
 		}
 		f.redisError(what, err)
-		sleepCtx(work, backoff(attempt, 50*time.Millisecond, time.Second))
+		wait.Sleep(work, backoff(attempt, 50*time.Millisecond, time.Second))
 	}
 	return false
 }
@@ -537,13 +538,4 @@ func (r *rateLog) allow() (bool, int) {
 	}
 	r.suppressed++
 	return false, 0
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

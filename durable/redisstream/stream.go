@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/durable/outbox"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // DefaultStream is the stream name unless configured.
@@ -263,7 +264,7 @@ func RunConsumer(ctx context.Context, cfg ConsumerConfig) error {
 			break
 		}
 		fail(fmt.Errorf("create group: %w", err))
-		sleepCtx(ctx, time.Second)
+		wait.Sleep(ctx, time.Second)
 	}
 	c := consumer{cfg: cfg, fail: fail}
 	c.read(ctx, "0") // our own pending, from before a restart
@@ -274,7 +275,7 @@ func RunConsumer(ctx context.Context, cfg ConsumerConfig) error {
 			lastClaim = time.Now()
 		}
 		if !c.read(ctx, ">") {
-			sleepCtx(ctx, 100*time.Millisecond)
+			wait.Sleep(ctx, 100*time.Millisecond)
 		}
 	}
 	return nil
@@ -394,15 +395,6 @@ func decode(xm redis.XMessage) (Message, error) {
 		return Message{}, fmt.Errorf("message %s: bad %s %q", xm.ID, FieldOutboxID, str(FieldOutboxID))
 	}
 	return Message{StreamID: xm.ID, OutboxID: id, EventID: str(FieldEventID), Topic: str(FieldTopic), OrderNo: str(FieldOrderNo), Payload: str(FieldPayload)}, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // NewClient returns a go-redis client for a stream URL (the cache's URL

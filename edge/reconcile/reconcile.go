@@ -25,6 +25,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/reconcile/query"
@@ -462,7 +463,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 // most a minute), before it reads them again, rather than asking the
 // channels about the same orders at the full rate.
 func (r *Reconciler) lead(ctx context.Context) error {
-	wait := r.cfg.Poll
+	backoff := r.cfg.Poll
 	for ctx.Err() == nil {
 		if !r.Asks() {
 			return nil // the credentials went with a reload: another node may ask
@@ -472,17 +473,17 @@ func (r *Reconciler) lead(ctx context.Context) error {
 			return err
 		}
 		if len(due) == 0 {
-			sleep(ctx, r.cfg.Poll)
+			wait.Sleep(ctx, r.cfg.Poll)
 			continue
 		}
 		if n := r.askAll(ctx, due); n > 0 {
 			r.cfg.Logger.Warn("reconcile: the next queries' times could not be written; waiting before asking again",
-				"orders", n, "wait", wait.String())
-			sleep(ctx, wait)
-			wait = min(2*wait, time.Minute)
+				"orders", n, "wait", backoff.String())
+			wait.Sleep(ctx, backoff)
+			backoff = min(2*backoff, time.Minute)
 			continue
 		}
-		wait = r.cfg.Poll
+		backoff = r.cfg.Poll
 	}
 	return nil
 }
@@ -518,13 +519,4 @@ func (r *Reconciler) askAll(ctx context.Context, due []durable.DueOrder) (unsche
 	close(work)
 	wg.Wait()
 	return int(failed.Load())
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
