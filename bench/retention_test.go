@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // The retention rows' lock-wait check, end to end on a real server: with
@@ -100,14 +100,14 @@ func TestLockWaitsFound(t *testing.T) {
 		// Whatever fails below, the waiter is released and done with conn
 		// before conn is closed.
 		defer func() { holder.Rollback(ctx); <-waited }()
-		claimcachetest.WaitFor(t, app+" session waiting for the row lock", func() (bool, string) {
+		wait.For(t, app+" session waiting for the row lock", func() (bool, string) {
 			var event string
 			err := db.QueryRow(ctx, `SELECT coalesce(wait_event_type || ':' || wait_event, 'not waiting')
 				FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&event)
 			return err == nil && strings.HasPrefix(event, "Lock:"), fmt.Sprint(event, err)
 		})
 		if logged {
-			claimcachetest.WaitFor(t, app+"'s lock wait in the log", func() (bool, string) {
+			wait.For(t, app+"'s lock wait in the log", func() (bool, string) {
 				callbacks, others, all := loggedWaits(pid)
 				return len(callbacks)+len(others) > 0, all
 			})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // backend is one Redis the suite runs against.
@@ -353,7 +354,7 @@ func TestCacheConformance(t *testing.T) {
 				}
 				// A budget the owner's Complete cannot miss, however late
 				// its goroutine runs.
-				patient := newCache(t, url, claimcache.Config{PendingTTL: time.Minute, ResultTTL: time.Hour, WaitBudget: claimcachetest.WaitTimeout})
+				patient := newCache(t, url, claimcache.Config{PendingTTL: time.Minute, ResultTTL: time.Hour, WaitBudget: wait.Timeout})
 				k := newKey(t)
 				claimOn(patient, k, a)
 				completed := make(chan error, 1)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // A master of a Redis Cluster is killed mid-load. Its keys go to Postgres
@@ -70,7 +71,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	killed := time.Now()
 	healthyErrors, victimErrors, wrong := 0, 0, 0
 	var back time.Duration // when the victim's keys were answered again
-	for time.Since(killed) < claimcachetest.WaitTimeout {
+	for time.Since(killed) < wait.Timeout {
 		victimOK := true
 		for i := range keys {
 			r, err := c.Claim(ctx, key(i), d)
@@ -103,7 +104,7 @@ func TestClusterMasterKilled(t *testing.T) {
 		defer cc.Close()
 		nodes, _ := cc.ClusterNodes(ctx).Result()
 		_, err := c.Claim(ctx, key(0), d)
-		t.Fatalf("the dead master's keys were not answered again within %v (last: %v); nodes:\n%s", claimcachetest.WaitTimeout, err, nodes)
+		t.Fatalf("the dead master's keys were not answered again within %v (last: %v); nodes:\n%s", wait.Timeout, err, nodes)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -118,7 +119,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	t.Logf("dead master's keys answered again %v after the kill; %d refused meanwhile", back.Round(time.Millisecond), victimErrors)
 	// Readiness: degraded while the dead master's breaker is open, ok once
 	// the probe has forgotten the node that no longer serves anything.
-	claimcachetest.WaitFor(t, "state ok after the failover", func() (bool, string) {
+	wait.For(t, "state ok after the failover", func() (bool, string) {
 		s := c.State()
 		return s == "ok", s
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // epochSource is a database's epoch as a test controls it.
@@ -78,7 +79,7 @@ func (s *epochSource) refused() bool {
 // second, later on a loaded machine), reporting got() if it never does.
 func eventually(t *testing.T, what string, cond func() bool, got func() string) time.Duration {
 	t.Helper()
-	return claimcachetest.WaitFor(t, what, func() (bool, string) { return cond(), got() })
+	return wait.For(t, what, func() (bool, string) { return cond(), got() })
 }
 
 func startRedis(t *testing.T, extra ...string) *claimcachetest.Server {

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/claimcache"
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // gatedClient holds every send (a single SET or a pipeline) until the test
@@ -98,13 +98,13 @@ func TestClaimsQueuedWhileBusyShareOnePipeline(t *testing.T) {
 	}
 	sent := func(what string, single, pipelines int64) {
 		t.Helper()
-		claimcachetest.WaitFor(t, what, func() (bool, string) {
+		wait.For(t, what, func() (bool, string) {
 			return g.singles.Load() == single && g.pipelines.Load() == pipelines, g.sends()
 		})
 	}
 	queued := func(what string, n int) {
 		t.Helper()
-		claimcachetest.WaitFor(t, what, func() (bool, string) {
+		wait.For(t, what, func() (bool, string) {
 			q := claimcache.PipeQueued(c)
 			return q == n, fmt.Sprint(q, " queued; ", g.sends())
 		})
@@ -141,7 +141,7 @@ func TestQueuedClaimHonoursItsContext(t *testing.T) {
 		_, err := c.Claim(context.Background(), k, digest("a"))
 		held <- err
 	}()
-	claimcachetest.WaitFor(t, "a claim in flight", func() (bool, string) { return g.singles.Load() == 1, g.sends() })
+	wait.For(t, "a claim in flight", func() (bool, string) { return g.singles.Load() == 1, g.sends() })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	k2 := newKey(t)
@@ -149,7 +149,7 @@ func TestQueuedClaimHonoursItsContext(t *testing.T) {
 		_, err := c.Claim(ctx, k2, digest("a"))
 		done <- err
 	}()
-	claimcachetest.WaitFor(t, "the claim queued", func() (bool, string) {
+	wait.For(t, "the claim queued", func() (bool, string) {
 		q := claimcache.PipeQueued(c)
 		return q == 1, fmt.Sprint(q, " queued")
 	})
@@ -180,7 +180,7 @@ func TestCompletionRidesWithTheNextClaim(t *testing.T) {
 	go func() {
 		completed <- c.CompleteMany(ctx, []claimcache.Completion{{Key: done, Digest: digest("a"), Response: []byte("answer"), Owned: true, Epoch: won.Epoch}})
 	}()
-	claimcachetest.WaitFor(t, "the completion waiting to ride", func() (bool, string) {
+	wait.For(t, "the completion waiting to ride", func() (bool, string) {
 		return claimcache.PipeRiders(c) == 1, g.sends()
 	})
 	if r, err := c.Claim(ctx, next, digest("a")); err != nil || r.Verdict != claimcache.Won {
@@ -214,7 +214,7 @@ func TestQueuedClaimGivesUpAtTheWaitBudget(t *testing.T) {
 		_, err := c.Claim(context.Background(), k, digest("a"))
 		held <- err
 	}()
-	claimcachetest.WaitFor(t, "a claim in flight", func() (bool, string) { return g.singles.Load() == 1, g.sends() })
+	wait.For(t, "a claim in flight", func() (bool, string) { return g.singles.Load() == 1, g.sends() })
 	_, err := c.Claim(context.Background(), k2, digest("a")) // queued behind it, never sent while the gate is shut
 	if !errors.Is(err, claimcache.ErrSlow) {
 		t.Errorf("a claim that waited past the budget: %v, want ErrSlow", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // Readiness tells a dead Redis without any traffic (the breaker alone only
@@ -22,7 +23,7 @@ func TestStateProbesRedis(t *testing.T) {
 	// machine one may miss it, and the next probe, a second later, answers.
 	waitState := func(want string) time.Duration {
 		t.Helper()
-		return claimcachetest.WaitFor(t, "state "+want, func() (bool, string) {
+		return wait.For(t, "state "+want, func() (bool, string) {
 			got := c.State()
 			return got == want, got
 		})
@@ -30,7 +31,7 @@ func TestStateProbesRedis(t *testing.T) {
 	t.Logf("ok %v after the start", waitState("ok").Round(time.Millisecond))
 	srv.Kill()
 	t.Logf("degraded %v after the kill (no traffic)", waitState("degraded").Round(time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), claimcachetest.WaitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Timeout)
 	defer cancel()
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)

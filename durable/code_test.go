@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
@@ -16,6 +15,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	durablesql "github.com/notifyedge/notifyedge/durable/sql"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // installedFunctions returns pg_get_functiondef of every notifyedge_*
@@ -178,20 +178,15 @@ func TestMigrationLockIsTerns(t *testing.T) {
 		}
 		done <- err
 	}()
-	waiting := func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND ((classid::bigint << 32) | objid::bigint) = $1`, durable.MigrationLock) > 0
-	}
-	for deadline := time.Now().Add(30 * time.Second); !waiting(); time.Sleep(2 * time.Millisecond) {
+	wait.For(t, "tern's migrator waiting for the migration lock", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("tern's migrator did not wait for lock %d (err %v): its lock is another", durable.MigrationLock, err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("tern's migrator neither waits nor ends after 30 s")
-		}
-	}
+		return b.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND ((classid::bigint << 32) | objid::bigint) = $1`, durable.MigrationLock) > 0, "not waiting yet"
+	})
 	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, durable.MigrationLock); err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // groupStore opens a group-commit Store with one batch slot, so the test
@@ -100,7 +100,7 @@ func applied(t *testing.T, chs ...<-chan decided) {
 // waitQueued waits until n deliveries wait for the store's batch slot.
 func waitQueued(t *testing.T, s *durable.Store, n int) {
 	t.Helper()
-	claimcachetest.WaitFor(t, fmt.Sprintf("%d deliveries queued for the batch slot", n), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("%d deliveries queued for the batch slot", n), func() (bool, string) {
 		q := durable.GroupQueued(s)
 		return q >= n, fmt.Sprintf("%d queued", q)
 	})
@@ -606,7 +606,7 @@ func TestGroupLingerEnds(t *testing.T) {
 // waitInFlight waits until n runs hold a batch slot.
 func waitInFlight(t *testing.T, s *durable.Store, n int) {
 	t.Helper()
-	claimcachetest.WaitFor(t, fmt.Sprintf("%d runs in flight", n), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("%d runs in flight", n), func() (bool, string) {
 		_, inFlight := durable.GroupLingering(s)
 		return inFlight == n, fmt.Sprintf("%d in flight", inFlight)
 	})
@@ -616,7 +616,7 @@ func waitInFlight(t *testing.T, s *durable.Store, n int) {
 // false, until no run holds a slot).
 func waitLingering(t *testing.T, s *durable.Store, want bool) {
 	t.Helper()
-	claimcachetest.WaitFor(t, fmt.Sprintf("group lingering = %v", want), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("group lingering = %v", want), func() (bool, string) {
 		lingering, inFlight := durable.GroupLingering(s)
 		if want {
 			return lingering, fmt.Sprintf("lingering %v, %d in flight", lingering, inFlight)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // WithLock: one session holds the lock at a time; the next gets it once
@@ -95,7 +95,7 @@ func TestRunLeader(t *testing.T) {
 		}
 		return ""
 	}
-	claimcachetest.WaitFor(t, "a leader", func() (bool, string) { l := leader(); return l != "", fmt.Sprint(states) })
+	wait.For(t, "a leader", func() (bool, string) { l := leader(); return l != "", fmt.Sprint(states) })
 	first := leader()
 	if first == "never" {
 		t.Fatal("a node that may not lead took the lock")
@@ -112,7 +112,7 @@ func TestRunLeader(t *testing.T) {
 	}
 	// Until the dead session is noticed (a ping every few seconds) the
 	// first may still run: it must stop, and the other lead alone.
-	claimcachetest.WaitFor(t, "the other node leading alone", func() (bool, string) {
+	wait.For(t, "the other node leading alone", func() (bool, string) {
 		l := leader()
 		mu.Lock()
 		defer mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // addOutbox inserts n unpublished outbox rows in one statement, as wide as
@@ -370,26 +371,19 @@ func TestOpsPoolTimeouts(t *testing.T) {
 		resolved <- err
 	}()
 	durabletest.WaitLockWaiters(t, b.db, 1, "%notify_review%")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.For(t, "the resolution waiting a second on the lock", func() (bool, string) {
 		var waited bool
 		if err := b.db.QueryRow(ctx, `SELECT coalesce(bool_or(clock_timestamp() - query_start > interval '1 second'), false)
 			FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%notify_review%'`).Scan(&waited); err != nil {
 			t.Fatal(err)
-		}
-		if waited {
-			break
 		}
 		select {
 		case err := <-resolved:
 			t.Fatalf("ResolveReview gave up before waiting a second on the lock: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the resolution never waited a second on the lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return waited, "not a second yet"
+	})
 	release()
 	if err := <-resolved; err != nil {
 		t.Errorf("ResolveReview behind a lock held past the callback timeout: %v", err)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // countingPublisher records each batch's size and when the last came.
@@ -61,7 +61,7 @@ func TestRelayGathersWakeUps(t *testing.T) {
 			t.Fatalf("%s: %+v %v", o, r, err)
 		}
 	}
-	claimcachetest.WaitFor(t, fmt.Sprintf("all %d rows published", n), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("all %d rows published", n), func() (bool, string) {
 		_, rows, _ := p.counts()
 		return rows == n, fmt.Sprintf("%d published", rows)
 	})

@@ -2,10 +2,11 @@ package durable_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 type nopPublisher struct{}
@@ -32,8 +33,7 @@ func TestRelayStandbyHoldsNoSnapshot(t *testing.T) {
 	// Standby means: between tries for leadership, idle, holding no
 	// snapshot. A relay that waited inside pg_advisory_lock would stay
 	// active with a snapshot, and never be seen idle here.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.For(t, "a standby relay idle between tries for leadership", func() (bool, string) {
 		var idle, pinned int
 		if err := b.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'idle' AND query LIKE '%pg_try_advisory_lock%'),
 			count(backend_xmin) FILTER (WHERE state = 'idle')
@@ -43,14 +43,8 @@ func TestRelayStandbyHoldsNoSnapshot(t *testing.T) {
 		if pinned != 0 {
 			t.Fatalf("an idle standby relay holds a snapshot (%d sessions)", pinned)
 		}
-		if idle == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no standby relay idle between tries for leadership after 30 s (%d idle)", idle)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return idle == 1, fmt.Sprintf("%d idle", idle)
+	})
 	var sessions int
 	if err := b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 		WHERE application_name = $1 AND datname = current_database()`, durable.RelayApplication).Scan(&sessions); err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // The retentions the tests run with: each table's own, so that a row aged
@@ -358,7 +358,7 @@ func (discard) Publish(context.Context, []durable.OutboxMessage) error { return 
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	claimcachetest.WaitFor(t, what, func() (bool, string) { return ok(), "not yet" })
+	wait.For(t, what, func() (bool, string) { return ok(), "not yet" })
 }
 
 // A row another transaction holds is skipped, not waited for: the cycle
@@ -424,8 +424,8 @@ func TestRetentionLockTimeout(t *testing.T) {
 		}
 	case c := <-r.cycles:
 		t.Fatalf("a cycle ended behind the table lock: %v", c.Deleted)
-	case <-time.After(claimcachetest.WaitTimeout):
-		t.Fatalf("no error within %v", claimcachetest.WaitTimeout)
+	case <-time.After(wait.Timeout):
+		t.Fatalf("no error within %v", wait.Timeout)
 	}
 	tx.Rollback(ctx)
 	waitFor(t, "the retry to delete", func() bool { return b.count(t, `SELECT count(*) FROM notify_claim`) == 0 })

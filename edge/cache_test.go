@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/claimcache"
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 )
 
@@ -63,7 +63,7 @@ func (b *bundle) waitDone(t *testing.T, n int) {
 	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
 	defer c.Close()
 	ctx := context.Background()
-	claimcachetest.WaitFor(t, fmt.Sprintf("%d done entries in Redis after the answers", n), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("%d done entries in Redis after the answers", n), func() (bool, string) {
 		done, err := doneEntries(ctx, c)
 		if err != nil {
 			t.Fatal(err)
@@ -212,7 +212,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	}
 	// The breaker closes on the first request after its cooldown: send
 	// one key the rounds below do not use until it has.
-	claimcachetest.WaitFor(t, "the breaker closed after Redis came back", func() (bool, string) {
+	wait.For(t, "the breaker closed after Redis came back", func() (bool, string) {
 		if b.metric(t, `notifyedge_cache_breaker_open{node=""}`) == 0 {
 			return true, ""
 		}
@@ -288,7 +288,7 @@ func TestPendingExpiresWhileOwnerIsSlow(t *testing.T) {
 	payload := body("T-slow", "PAY_SUCCESS", "O-slow", 1999)
 	first := b.postAsync(t, payload)
 	durabletest.WaitLockWaiters(t, b.db, 1, "%")
-	claimcachetest.WaitFor(t, "the owner's pending entry expired (100 ms TTL)", func() (bool, string) {
+	wait.For(t, "the owner's pending entry expired (100 ms TTL)", func() (bool, string) {
 		n := b.redisKeys(t)
 		return n == 0, fmt.Sprintf("%d keys", n)
 	})
@@ -352,7 +352,7 @@ func TestStopBetweenCommitAndComplete(t *testing.T) {
 		t.Fatalf("locked: %+v, want 503", r)
 	}
 	// The Abort runs after the answer: give it a moment.
-	claimcachetest.WaitFor(t, "only O-c's pending entry left in Redis after the 503", func() (bool, string) {
+	wait.For(t, "only O-c's pending entry left in Redis after the 503", func() (bool, string) {
 		n := b.redisKeys(t)
 		return n == 1, fmt.Sprintf("%d keys", n)
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // Two nodes on a Redis Cluster (3 masters, a replica each) and one
@@ -74,7 +75,7 @@ func TestClusterMasterKilledMidLoad(t *testing.T) {
 	go storm(a)
 	go storm(b)
 	// Kill the master once the storm is under way (a tenth of it answered).
-	claimcachetest.WaitFor(t, "the storm under way (a tenth answered)", func() (bool, string) {
+	wait.For(t, "the storm under way (a tenth answered)", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return sent >= len(payloads)*4, fmt.Sprintf("%d answered", sent)
@@ -140,7 +141,7 @@ func waitClusterDone(t *testing.T, cl *claimcachetest.Cluster, n int) {
 	cc := cl.Client()
 	defer cc.Close()
 	ctx := context.Background()
-	claimcachetest.WaitFor(t, fmt.Sprintf("%d done entries in the cluster's masters and replicas", n), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("%d done entries in the cluster's masters and replicas", n), func() (bool, string) {
 		var mu sync.Mutex
 		done := 0
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 const appliedPaid = `{"code":"SUCCESS","outcome":"applied","status":"PAID"}`
@@ -26,7 +26,7 @@ func (b *bundle) cachedDuplicate(t *testing.T, payload string) float64 {
 	const sample = `notifyedge_requests_total{channel="acme",outcome="replayed_cache"}`
 	before := b.metric(t, sample)
 	var n float64
-	claimcachetest.WaitFor(t, "a duplicate answered from the cache", func() (bool, string) {
+	wait.For(t, "a duplicate answered from the cache", func() (bool, string) {
 		r := b.post(t, payload)
 		if r.status != 200 || !r.replayed || r.body != appliedPaid {
 			t.Fatalf("duplicate: %d %q replayed=%v", r.status, r.body, r.replayed)
@@ -111,7 +111,7 @@ func TestEpochBumpForgetsCachedAnswers(t *testing.T) {
 		t.Fatalf("answered epoch %q, the database's is %q (%v)", epoch1, want, err)
 	}
 	// The epoch is re-read about once a second.
-	claimcachetest.WaitFor(t, "the lost payment applied again after the bump, not answered by the cache", func() (bool, string) {
+	wait.For(t, "the lost payment applied again after the bump, not answered by the cache", func() (bool, string) {
 		r := b.post(t, pay)
 		if r.status == 200 && !r.replayed && r.body == appliedPaid {
 			return true, ""
@@ -190,7 +190,7 @@ func TestPromotedStandbyIsNotAnsweredFromTheCache(t *testing.T) {
 	defer sc.Close(ctx)
 	poll := func(what, sql string, want int) {
 		t.Helper()
-		claimcachetest.WaitFor(t, what, func() (bool, string) {
+		wait.For(t, what, func() (bool, string) {
 			var n int
 			err := sc.QueryRow(ctx, sql).Scan(&n)
 			return err == nil && n == want, fmt.Sprint(n, err)

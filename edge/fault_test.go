@@ -16,6 +16,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 )
 
@@ -82,13 +83,13 @@ func TestRedisSlow(t *testing.T) {
 	removeLatency(t, px)
 	// The breaker closes once its cooldown passed and a probe succeeded:
 	// deliver until the cache answers again.
-	deadline := time.Now().Add(30 * time.Second)
-	for b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_cache"}`) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the cache never answered again once Redis was fast")
+	wait.For(t, "the cache answering again once Redis was fast", func() (bool, string) {
+		if b.metric(t, `notifyedge_requests_total{channel="acme",outcome="replayed_cache"}`) > 0 {
+			return true, ""
 		}
 		b.post(t, payloads[0])
-	}
+		return false, "no replayed_cache answer yet"
+	})
 }
 
 // Postgres slow past the budget (3 s each way, budget 200 ms): the answer
@@ -111,7 +112,7 @@ func TestPostgresSlowPastBudget(t *testing.T) {
 	removeLatency(t, px)
 	// The pool replaces the connections it closed.
 	var retry reply
-	claimcachetest.WaitFor(t, "a retry answered once Postgres is fast", func() (bool, string) {
+	wait.For(t, "a retry answered once Postgres is fast", func() (bool, string) {
 		retry = b.post(t, payload)
 		return retry.status == 200, fmt.Sprintf("%+v", retry)
 	})
@@ -165,7 +166,7 @@ func (h hangingCleanup) Abort(ctx context.Context, key []byte, d claimcache.Dige
 // waitEntered waits until n cleanup calls began (they run after the answer).
 func (h hangingCleanup) waitEntered(t *testing.T, n int64) {
 	t.Helper()
-	claimcachetest.WaitFor(t, fmt.Sprintf("%d cache cleanups begun", n), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("%d cache cleanups begun", n), func() (bool, string) {
 		return h.entered.Load() >= n, fmt.Sprintf("%d begun", h.entered.Load())
 	})
 }
@@ -184,7 +185,7 @@ func TestCacheCleanupAfterTheAnswer(t *testing.T) {
 	// them (cleanups run last-in first-out: this runs before setup's).
 	t.Cleanup(func() {
 		close(cleanup.release)
-		claimcachetest.WaitFor(t, "the released cache cleanups returned", func() (bool, string) {
+		wait.For(t, "the released cache cleanups returned", func() (bool, string) {
 			return cleanup.running.Load() == 0, fmt.Sprintf("%d still hanging", cleanup.running.Load())
 		})
 	})

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
 )
@@ -138,7 +138,7 @@ func TestPerAddressConnectionCap(t *testing.T) {
 	idle = idle[1:]
 	b.order(t, "O-cap3", durable.PendingPay, 1999)
 	// The server notices the close asynchronously.
-	claimcachetest.WaitFor(t, "a callback from the address once it released a slot", func() (bool, string) {
+	wait.For(t, "a callback from the address once it released a slot", func() (bool, string) {
 		code, answer = rawRequest(t, "127.0.0.1", addr, signedRequest(t, body("T-cap3", "PAY_SUCCESS", "O-cap3", 1999)))
 		return code == 200, fmt.Sprint(code, " ", answer)
 	})
@@ -162,11 +162,11 @@ func TestIdleKeepAliveClosed(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	start := time.Now()
-	_ = c.SetReadDeadline(time.Now().Add(claimcachetest.WaitTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(wait.Timeout))
 	if _, err := r.ReadByte(); err == nil {
 		t.Fatal("the server sent more on an idle connection")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatalf("idle keep-alive connection still open after %v (idle timeout 300 ms)", claimcachetest.WaitTimeout)
+		t.Fatalf("idle keep-alive connection still open after %v (idle timeout 300 ms)", wait.Timeout)
 	}
 	t.Logf("closed after %v idle", time.Since(start).Round(time.Millisecond))
 }
@@ -222,7 +222,7 @@ func TestLogsRedactedAndBounded(t *testing.T) {
 	}
 	// The server logs after it closed the connection: wait for the line.
 	var out string
-	claimcachetest.WaitFor(t, "the malformed requests logged", func() (bool, string) {
+	wait.For(t, "the malformed requests logged", func() (bool, string) {
 		out = logs.String()
 		return strings.Contains(out, "malformed") || strings.Contains(out, "http layer"), out
 	})
@@ -500,7 +500,7 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 			return w == scraperCount, fmt.Sprintf("%d of %d scrapers answered", w, scraperCount)
 		}
 	}
-	claimcachetest.WaitFor(t, "every scraper answered before the callbacks", everyScraperSince(time.Time{}))
+	wait.For(t, "every scraper answered before the callbacks", everyScraperSince(time.Time{}))
 	callbacksStart := time.Now()
 	jobs := make(chan int)
 	var mu sync.Mutex
@@ -528,7 +528,7 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 	// Every scraper is answered once more after the callbacks ended: a
 	// scrape in flight then overlapped them.
 	callbacksEnd := time.Now()
-	claimcachetest.WaitFor(t, "every scraper answered after the callbacks", everyScraperSince(callbacksEnd))
+	wait.For(t, "every scraper answered after the callbacks", everyScraperSince(callbacksEnd))
 	close(stop)
 	scrapers.Wait()
 	_, total := answeredSince(callbacksStart)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // Concurrent PUTs of one new order answer as if they ran one after the
@@ -243,7 +243,7 @@ func TestOrderEventsUseOperatorPool(t *testing.T) {
 	}
 	// Held past three times the callbacks' budget, by the server's clock:
 	// the operator pool's lock_timeout is seconds, so the SHIP still waits.
-	claimcachetest.WaitFor(t, "the SHIP waiting on the row lock for three budgets", func() (bool, string) {
+	wait.For(t, "the SHIP waiting on the row lock for three budgets", func() (bool, string) {
 		n := b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
 			AND query LIKE '%notifyedge_transition%' AND clock_timestamp() - query_start > $1::interval`, (3 * budget).String())
 		return n > 0, "not waiting that long (or no longer waiting)"

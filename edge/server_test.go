@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
@@ -120,7 +120,7 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 		defer cancel()
 		shut <- b.server.Shutdown(sctx)
 	}()
-	claimcachetest.WaitFor(t, "draining once Shutdown began", func() (bool, string) {
+	wait.For(t, "draining once Shutdown began", func() (bool, string) {
 		return b.server.Draining(), "not draining"
 	})
 	release()

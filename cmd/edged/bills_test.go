@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bill"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bill/billtest"
 	"github.com/notifyedge/notifyedge/edge/reconcile/query/querytest"
@@ -154,7 +154,7 @@ func TestBillsTwoNodes(t *testing.T) {
 	b, _ := r.node(t)
 	c, _ := r.node(t)
 	for _, ch := range []string{"wx", "ali"} {
-		claimcachetest.WaitFor(t, "the scheduled run of "+ch, func() (bool, string) {
+		wait.For(t, "the scheduled run of "+ch, func() (bool, string) {
 			code, run := billRun(t, a.AdminAddr(), ch, date)
 			return code == 200 && run.State == "ok", fmt.Sprint(code, run.State, run.Message)
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // edged puts its database's cache epoch in every cache key, and bumps it
@@ -62,7 +63,7 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 	defer client.Close()
 	waitKey := func(key string) {
 		t.Helper()
-		claimcachetest.WaitFor(t, "key "+key, func() (bool, string) {
+		wait.For(t, "key "+key, func() (bool, string) {
 			if n, _ := client.Exists(context.Background(), key).Result(); n == 1 {
 				return true, ""
 			}
@@ -86,7 +87,7 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 	if resp.StatusCode != 200 || got.Epoch == "" || got.Epoch == epoch0 {
 		t.Fatalf("POST /cache/epoch: %d %+v, want 200 and a new epoch", resp.StatusCode, got)
 	}
-	claimcachetest.WaitFor(t, "the cache under the new epoch "+got.Epoch, func() (bool, string) {
+	wait.For(t, "the cache under the new epoch "+got.Epoch, func() (bool, string) {
 		e := m.cache.Epoch()
 		return e == got.Epoch, "epoch " + e
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
@@ -197,7 +198,7 @@ func TestDrainUnderTraffic(t *testing.T) {
 			}
 		}()
 	}
-	claimcachetest.WaitFor(t, "100 callbacks answered before the SIGTERM", func() (bool, string) {
+	wait.For(t, "100 callbacks answered before the SIGTERM", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return answered >= 100, fmt.Sprintf("%d answered, %d failed", answered, len(failed))
@@ -206,7 +207,7 @@ func TestDrainUnderTraffic(t *testing.T) {
 		t.Fatalf("readyz before SIGTERM: %d", code)
 	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	claimcachetest.WaitFor(t, "readyz 503 after SIGTERM (load balancers must stop routing first)", func() (bool, string) {
+	wait.For(t, "readyz 503 after SIGTERM (load balancers must stop routing first)", func() (bool, string) {
 		code := readyz(t, p.admin)
 		return code == 503, fmt.Sprint("readyz ", code)
 	})
@@ -215,8 +216,8 @@ func TestDrainUnderTraffic(t *testing.T) {
 		if p.exitErr != nil {
 			t.Errorf("edged exited with %v", p.exitErr)
 		}
-	case <-time.After(claimcachetest.WaitTimeout):
-		t.Fatalf("edged did not exit within %v of SIGTERM", claimcachetest.WaitTimeout)
+	case <-time.After(wait.Timeout):
+		t.Fatalf("edged did not exit within %v of SIGTERM", wait.Timeout)
 	}
 	close(stop)
 	wg.Wait()
@@ -306,7 +307,7 @@ func TestOneJSONLogStream(t *testing.T) {
 	// go-redis complains of the dead server on a callback's dial or the
 	// readiness probe's PING (at most one a second): both go on until it
 	// has said something.
-	claimcachetest.WaitFor(t, "go-redis's complaint in the log", func() (bool, string) {
+	wait.For(t, "go-redis's complaint in the log", func() (bool, string) {
 		readyz(t, p.admin)
 		return strings.Contains(p.log(), `"msg":"redis client"`), p.log()
 	})

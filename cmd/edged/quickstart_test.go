@@ -17,6 +17,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // quickStart is the production quick start's text, read from the page.
@@ -262,7 +263,7 @@ func TestQuickStart(t *testing.T) {
 		t.Fatal("the quick start's check has no readyz line")
 	}
 	readyz = strings.SplitN(readyz, "#", 2)[0]
-	claimcachetest.WaitFor(t, "edged ready, as the page checks it", func() (bool, string) {
+	wait.For(t, "edged ready, as the page checks it", func() (bool, string) {
 		cmd := exec.Command("bash", "-c", readyz)
 		out, _ := cmd.CombinedOutput()
 		return strings.Contains(string(out), `"postgres":"ok"`) && strings.Contains(string(out), `"redis":"ok"`), string(out)
@@ -297,7 +298,7 @@ curl -s -H "Authorization: Bearer $EDGE_ORDERS_TOKEN" %s/orders/%s`, admin, c.no
 		t.Fatal(err)
 	}
 	defer rdb.Close(ctx)
-	claimcachetest.WaitFor(t, "the three ORDER_PAID at the receiver", func() (bool, string) {
+	wait.For(t, "the three ORDER_PAID at the receiver", func() (bool, string) {
 		var n int
 		rdb.QueryRow(ctx, `SELECT count(*) FROM webhook_inbox WHERE type = 'ORDER_PAID' AND order_no IN ('CHECK-1', 'QS-WX-1', 'QS-ALI-1')`).Scan(&n)
 		return n == 3, fmt.Sprintf("%d received", n)

@@ -25,8 +25,8 @@ import (
 	"github.com/go-pay/gopay/alipay"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 	"github.com/notifyedge/notifyedge/edge/reconcile/query/querytest"
 )
@@ -313,7 +313,7 @@ func TestReconcileTwoNodes(t *testing.T) {
 	}
 
 	// Both channels fail at first: errors counted, nothing applied.
-	claimcachetest.WaitFor(t, "failed queries of both channels", func() (bool, string) {
+	wait.For(t, "failed queries of both channels", func() (bool, string) {
 		c := reconcileCounts(t, a.AdminAddr(), b.AdminAddr())
 		return c["wx/error"] >= 3 && c["ali/error"] >= 3, fmt.Sprint(c)
 	})
@@ -370,7 +370,7 @@ func TestReconcileTwoNodes(t *testing.T) {
 			paid++
 		}
 	}
-	claimcachetest.WaitFor(t, "every order paid at the channel PAID", func() (bool, string) {
+	wait.For(t, "every order paid at the channel PAID", func() (bool, string) {
 		var n int
 		if err := r.db.QueryRow(context.Background(), `SELECT count(*) FROM biz_order WHERE status = 'PAID'`).Scan(&n); err != nil {
 			t.Fatal(err)

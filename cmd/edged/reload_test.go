@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 )
 
@@ -183,7 +183,7 @@ func TestReloadRotatesUnderLoad(t *testing.T) {
 	settle := func() {
 		t.Helper()
 		from := load.sent.Load()
-		claimcachetest.WaitFor(t, "50 callbacks more of the load", func() (bool, string) {
+		wait.For(t, "50 callbacks more of the load", func() (bool, string) {
 			sent := load.sent.Load()
 			return sent >= from+50, fmt.Sprintf("%d sent, %d before", sent, from)
 		})
@@ -194,7 +194,7 @@ func TestReloadRotatesUnderLoad(t *testing.T) {
 	rotate := func(c *signingKeys) {
 		t.Helper()
 		before := load.use(c)
-		claimcachetest.WaitFor(t, "the callbacks signed with the old credentials answered", func() (bool, string) {
+		wait.For(t, "the callbacks signed with the old credentials answered", func() (bool, string) {
 			n := load.inflight(before)
 			return n == 0, fmt.Sprintf("%d on their way", n)
 		})
@@ -317,7 +317,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	claimcachetest.WaitFor(t, "secret B accepted after SIGHUP", func() (bool, string) {
+	wait.For(t, "secret B accepted after SIGHUP", func() (bool, string) {
 		s := sendOnce(t, p.addr, secretB)
 		return s == 200, fmt.Sprintf("HTTP %d; log:\n%s", s, p.log())
 	})

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // edged runs retention from the start, with its flags: a claim older than
@@ -47,7 +47,7 @@ func TestMainRunsRetention(t *testing.T) {
 
 	var page string
 	deleted := regexp.MustCompile(`(?m)^notifyedge_retention_deleted_total\{table="notify_claim"\} 1$`)
-	claimcachetest.WaitFor(t, "a deleted claim counted", func() (bool, string) {
+	wait.For(t, "a deleted claim counted", func() (bool, string) {
 		page = scrape(t, "http://"+m.AdminAddr()+"/metrics")
 		return deleted.MatchString(page), grepLines(page, "retention", "oldest")
 	})

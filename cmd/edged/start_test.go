@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 func freeAddr(t *testing.T) (string, int) {
@@ -52,7 +52,7 @@ func TestStartWaitsForPostgres(t *testing.T) {
 	p, ready := spawnEdged(t, bin, []string{"-listen", "127.0.0.1:0", "-admin-listen", adminAddr, "-start-timeout", "60s", "-drain-delay", "0s"},
 		[]string{"DATABASE_URL=" + dbURL, "EDGE_SECRET_ACME=" + secret})
 
-	claimcachetest.WaitFor(t, "healthz 200 while waiting for Postgres", func() (bool, string) {
+	wait.For(t, "healthz 200 while waiting for Postgres", func() (bool, string) {
 		code, body := get("http://" + adminAddr + "/healthz")
 		return code == 200, fmt.Sprint(code, " ", body)
 	})
@@ -64,7 +64,7 @@ func TestStartWaitsForPostgres(t *testing.T) {
 	}
 	// Postgres comes up late: once the back-off reached its cap (100,
 	// 200, 400, then 500 ms).
-	claimcachetest.WaitFor(t, "5 attempts to reach Postgres", func() (bool, string) {
+	wait.For(t, "5 attempts to reach Postgres", func() (bool, string) {
 		n := len(logTimes(p.log(), "waiting for postgres"))
 		return n >= 5, fmt.Sprintf("%d attempts", n)
 	})
@@ -78,7 +78,7 @@ func TestStartWaitsForPostgres(t *testing.T) {
 	select {
 	case a := <-ready:
 		addr = a[0]
-	case <-time.After(claimcachetest.WaitTimeout):
+	case <-time.After(wait.Timeout):
 		t.Fatalf("edged did not start after Postgres came up\n%s", p.log())
 	}
 	conn, err := pgx.Connect(context.Background(), c.URL("postgres"))
@@ -194,7 +194,7 @@ func TestStartDuringPromotion(t *testing.T) {
 		primary.TCPAddr(), standby.TCPAddr())
 	p, ready := spawnEdged(t, bin, []string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0", "-start-timeout", "60s", "-drain-delay", "0s"},
 		[]string{"DATABASE_URL=" + dbURL, "EDGE_SECRET_ACME=" + secret})
-	claimcachetest.WaitFor(t, "an attempt while the standby is read-only", func() (bool, string) {
+	wait.For(t, "an attempt while the standby is read-only", func() (bool, string) {
 		return strings.Contains(p.log(), `"msg":"waiting for postgres"`), p.log()
 	})
 	if err := standby.Promote(ctx); err != nil {
@@ -206,7 +206,7 @@ func TestStartDuringPromotion(t *testing.T) {
 		addr = a[0]
 	case <-p.exited:
 		t.Fatalf("edged exited: %v\n%s", p.exitErr, p.log())
-	case <-time.After(claimcachetest.WaitTimeout):
+	case <-time.After(wait.Timeout):
 		t.Fatalf("edged did not come up on the promoted standby\n%s", p.log())
 	}
 	conn, err := pgx.Connect(ctx, standby.URL("postgres"))

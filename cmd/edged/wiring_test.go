@@ -15,6 +15,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -47,7 +48,7 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 	}
 	client := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer client.Close()
-	claimcachetest.WaitFor(t, "the outbox row in the stream", func() (bool, string) {
+	wait.For(t, "the outbox row in the stream", func() (bool, string) {
 		msgs, err := client.XRange(context.Background(), redisstream.DefaultStream, "-", "+").Result()
 		return len(msgs) == 1 && msgs[0].Values["topic"] == "ORDER_PAID" && msgs[0].Values["order_no"] == "O-w", fmt.Sprint(msgs, err)
 	})
@@ -91,7 +92,7 @@ func TestMainRelayTooFewReplicas(t *testing.T) {
 		t.Fatalf("callback: %d", resp.StatusCode)
 	}
 	var ready map[string]any
-	claimcachetest.WaitFor(t, "the relay degraded after several checks", func() (bool, string) {
+	wait.For(t, "the relay degraded after several checks", func() (bool, string) {
 		resp, err := http.Get("http://" + m.AdminAddr() + "/readyz")
 		if err != nil {
 			t.Fatal(err)

@@ -16,8 +16,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // Several orders' events arrive signed, with the documented body, once
@@ -278,12 +278,12 @@ func TestLeaseLapsesBeforeTTL(t *testing.T) {
 		cancel()
 		return clock.BlockUntilContext(now, n) == nil
 	}
-	claimcachetest.WaitFor(t, "the renewal ticker", func() (bool, string) { return pending(2), "fewer than 2 timers" })
+	wait.For(t, "the renewal ticker", func() (bool, string) { return pending(2), "fewer than 2 timers" })
 	// Two TTLs of renewals, each on its tick.
 	for range 8 {
 		before := a.renewed.Load()
 		clock.Advance(ttl / 4)
-		claimcachetest.WaitFor(t, "the renewal on the tick", func() (bool, string) {
+		wait.For(t, "the renewal on the tick", func() (bool, string) {
 			if held.ctx.Err() != nil {
 				t.Fatalf("lease lapsed while renewed: %v", context.Cause(held.ctx))
 			}
@@ -306,7 +306,7 @@ func TestLeaseLapsesBeforeTTL(t *testing.T) {
 		t.Fatalf("lapsed %v before the last renewal was %v old: %v", clock.Since(lastSent), ttl-a.margin(), context.Cause(held.ctx))
 	}
 	clock.Advance(time.Millisecond)
-	claimcachetest.WaitFor(t, "the lease to lapse", func() (bool, string) {
+	wait.For(t, "the lease to lapse", func() (bool, string) {
 		return held.ctx.Err() != nil, fmt.Sprintf("held %v after the last renewal was sent", clock.Since(lastSent))
 	})
 	if !errors.Is(context.Cause(held.ctx), errLeaseLost) {

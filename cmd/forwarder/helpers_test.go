@@ -27,6 +27,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // testEnv is one real redis-server, a receiver and a publisher.
@@ -204,20 +205,7 @@ func (e *testEnv) checkOrder(got []accepted, orders ...string) {
 // waits: a wait is for a condition, and a busy machine only delays it.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	claimcachetest.WaitFor(t, what, func() (bool, string) { return cond(), "not yet" })
-}
-
-// pollUntil polls cond every 10 ms until it holds (true) or the timeout
-// passes (false), for a caller that reports the miss itself.
-func pollUntil(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
+	wait.For(t, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 func counter(m *Metrics, result string) float64 {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // deliveryBound is how soon the events of orders that do not fail must
@@ -59,7 +59,7 @@ func TestFailingOrderIsolated(t *testing.T) {
 	e.publish(1, otherLanes...)
 	e.publish(2, stuck)
 	const others = 1000
-	if !pollUntil(deliveryBound, func() bool { return e.recv.unique()*100 >= others*99 }) {
+	if !wait.Within(deliveryBound, func() bool { return e.recv.unique()*100 >= others*99 }) {
 		t.Fatalf("%d of %d events of other orders delivered after %v while %s is refused", e.recv.unique(), others, deliveryBound, stuck)
 	}
 	t.Logf("99 %% of the other orders' events delivered in %v (%d by then)", time.Since(start).Round(time.Millisecond), e.recv.unique())
@@ -133,8 +133,8 @@ func TestRandomFailuresKeepOrder(t *testing.T) {
 	msgs = append(msgs, e.publish(5, orders...)...)
 	// A thousand events, a quarter of them refused and retried after a
 	// back-off: twice the kit's wait.
-	if !pollUntil(2*claimcachetest.WaitTimeout, func() bool { return e.recv.unique() == len(msgs) }) {
-		t.Fatalf("%d of %d events delivered after %v", e.recv.unique(), len(msgs), 2*claimcachetest.WaitTimeout)
+	if !wait.Within(2*wait.Timeout, func() bool { return e.recv.unique() == len(msgs) }) {
+		t.Fatalf("%d of %d events delivered after %v", e.recv.unique(), len(msgs), 2*wait.Timeout)
 	}
 	waitFor(t, "every entry acknowledged", func() bool { return e.pending() == 0 })
 	waitFor(t, "every delivery counted", func() bool { return counter(cfg.Metrics, resultDelivered) == float64(len(msgs)) })

@@ -16,7 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 func TestStartStopRemovesEverything(t *testing.T) {
@@ -92,7 +92,7 @@ func TestKilledOwnerLeavesNoServer(t *testing.T) {
 	pid, _ = strconv.Atoi(f[1])
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
-	claimcachetest.WaitFor(t, "postgres to die with its killed owner", func() (bool, string) {
+	wait.For(t, "postgres to die with its killed owner", func() (bool, string) {
 		return !alive(pid), fmt.Sprintf("postgres %d alive", pid)
 	})
 	c, err := Start(context.Background(), Options{})

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // A standby streams what the primary commits, refuses writes, and takes
@@ -39,7 +39,7 @@ func TestStandbyStreamsAndPromotes(t *testing.T) {
 	if _, err := p.Exec(ctx, `CREATE TABLE t AS SELECT 42 AS v`); err != nil {
 		t.Fatal(err)
 	}
-	claimcachetest.WaitFor(t, "the primary's commit on the standby", func() (bool, string) {
+	wait.For(t, "the primary's commit on the standby", func() (bool, string) {
 		var v int
 		err := s.QueryRow(ctx, `SELECT v FROM t`).Scan(&v)
 		return err == nil && v == 42, fmt.Sprint(v, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // The stream's master dies right after entries it acknowledged, before its
@@ -76,7 +77,7 @@ func TestStreamSurvivesMasterFailover(t *testing.T) {
 	b.paidAndRefunded(t, "G", 40, false)
 	// The relay publishes them to the master (then, with Replicas, waits
 	// for the frozen replica in vain): every row is on the master.
-	claimcachetest.WaitFor(t, "every outbox row on the master", func() (bool, string) {
+	wait.For(t, "every outbox row on the master", func() (bool, string) {
 		msgs, err := mc.XRange(ctx, redisstream.DefaultStream, "-", "+").Result()
 		if err != nil {
 			return false, err.Error()
@@ -109,7 +110,7 @@ func TestStreamSurvivesMasterFailover(t *testing.T) {
 	stop()
 	// The client finds the promoted replica when it next reads the slot
 	// map (every second): until then it may still dial the dead master.
-	claimcachetest.WaitFor(t, "the stream readable after the failover", func() (bool, string) {
+	wait.For(t, "the stream readable after the failover", func() (bool, string) {
 		if err := client.XLen(ctx, redisstream.DefaultStream).Err(); err != nil {
 			return false, err.Error()
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/outbox"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // With fewer replicas than asked (a single redis-server and Replicas 1),
@@ -79,7 +80,7 @@ func TestTooFewReplicasAppendOnce(t *testing.T) {
 		}
 		return ids
 	}
-	claimcachetest.WaitFor(t, "the relay degraded, its first batch appended and checked again", func() (bool, string) {
+	wait.For(t, "the relay degraded, its first batch appended and checked again", func() (bool, string) {
 		n := len(entries())
 		return state() == "degraded" && unconfirmed.Load() >= 20 && n == batch,
 			fmt.Sprintf("state %q, %d unconfirmed publishes, stream %d entries", state(), unconfirmed.Load(), n)
@@ -93,13 +94,13 @@ func TestTooFewReplicasAppendOnce(t *testing.T) {
 	if err := b.client.XDel(ctx, redisstream.DefaultStream, msgs[len(msgs)-1].ID, msgs[len(msgs)-2].ID).Err(); err != nil {
 		t.Fatal(err)
 	}
-	claimcachetest.WaitFor(t, "the lost entries appended again", func() (bool, string) {
+	wait.For(t, "the lost entries appended again", func() (bool, string) {
 		n := len(entries())
 		return n == batch, fmt.Sprintf("stream %d entries", n)
 	})
 	b.paidAndRefunded(t, "RB", 3, false)
 	seen := unconfirmed.Load()
-	claimcachetest.WaitFor(t, "more checks while the later rows wait", func() (bool, string) {
+	wait.For(t, "more checks while the later rows wait", func() (bool, string) {
 		return unconfirmed.Load() >= seen+20, fmt.Sprint(unconfirmed.Load())
 	})
 	rows := b.count(t, `SELECT count(*) FROM outbox`)
@@ -121,7 +122,7 @@ func TestTooFewReplicasAppendOnce(t *testing.T) {
 	}
 	t.Cleanup(replica.Stop)
 	b.waitPublished(t)
-	claimcachetest.WaitFor(t, "the relay running again", func() (bool, string) { return state() == "running", state() })
+	wait.For(t, "the relay running again", func() (bool, string) { return state() == "running", state() })
 	if ids := entries(); len(ids) != rows || !slices.IsSorted(ids) {
 		t.Errorf("stream %v for %d rows once the replica attached, want one entry a row, in outbox order", ids, rows)
 	}

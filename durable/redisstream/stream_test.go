@@ -19,6 +19,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/shipping"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -136,7 +137,7 @@ func runRelay(t *testing.T, s *durable.Store, p durable.Publisher, onState func(
 // waitPublished waits until every outbox row is marked published.
 func (b *bundle) waitPublished(t *testing.T) {
 	t.Helper()
-	claimcachetest.WaitFor(t, "the outbox drained", func() (bool, string) {
+	wait.For(t, "the outbox drained", func() (bool, string) {
 		n := b.count(t, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
 		return n == 0, fmt.Sprintf("%d rows unpublished", n)
 	})
@@ -263,7 +264,7 @@ func (b *bundle) consume(t *testing.T, group, name string, claimIdle time.Durati
 	t.Helper()
 	defer b.startConsumer(t, group, name, claimIdle)()
 	ctx := context.Background()
-	claimcachetest.WaitFor(t, fmt.Sprintf("%d orders shipped and every entry acknowledged by %s", want, group), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("%d orders shipped and every entry acknowledged by %s", want, group), func() (bool, string) {
 		shipped := b.count(t, `SELECT count(*) FROM biz_order WHERE status = 'SHIPPED'`)
 		stream, err := b.client.XInfoStream(ctx, redisstream.DefaultStream).Result()
 		if err != nil {
@@ -308,7 +309,7 @@ func TestRelayLeaderFailover(t *testing.T) {
 		"a": runRelay(t, b.store, redisstream.NewPublisher(b.client, "", 0), watch("a")),
 		"b": runRelay(t, other, redisstream.NewPublisher(b.client, "", 0), watch("b")),
 	}
-	claimcachetest.WaitFor(t, "one relay running, one standby", func() (bool, string) {
+	wait.For(t, "one relay running, one standby", func() (bool, string) {
 		n, _, seen := leaders()
 		mu.Lock()
 		nodes := len(states)
@@ -319,7 +320,7 @@ func TestRelayLeaderFailover(t *testing.T) {
 	b.waitPublished(t)
 	_, leader, _ := leaders()
 	stops[leader]()
-	took := claimcachetest.WaitFor(t, "the standby taking over", func() (bool, string) {
+	took := wait.For(t, "the standby taking over", func() (bool, string) {
 		n, who, seen := leaders()
 		return n == 1 && who != leader, seen
 	})
@@ -414,7 +415,7 @@ func TestBatchShipperShipsAroundAStuckOrder(t *testing.T) {
 // wait in the shipper group.
 func (b *bundle) waitShipped(t *testing.T, what string, shipped int, pending int64) {
 	t.Helper()
-	claimcachetest.WaitFor(t, what, func() (bool, string) {
+	wait.For(t, what, func() (bool, string) {
 		n := b.count(t, `SELECT count(*) FROM biz_order WHERE status = 'SHIPPED'`)
 		pend, err := b.client.XPending(context.Background(), redisstream.DefaultStream, "shipper").Result()
 		if err != nil {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/reconcile"
@@ -376,7 +376,7 @@ func TestRunOneLeaderAsksEachDueOrderOnce(t *testing.T) {
 			stop()
 		}
 	}()
-	claimcachetest.WaitFor(t, "every due order asked", func() (bool, string) {
+	wait.For(t, "every due order asked", func() (bool, string) {
 		asked := 0
 		for i := range n {
 			if wx.times(fmt.Sprintf("DUE-%02d", i)) > 0 {
@@ -403,7 +403,7 @@ func TestRunOneLeaderAsksEachDueOrderOnce(t *testing.T) {
 	// The leader stops; the other takes over.
 	stops[leader]()
 	delete(stops, leader)
-	claimcachetest.WaitFor(t, "the standby leads", func() (bool, string) {
+	wait.For(t, "the standby leads", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(leaders) == 2, fmt.Sprint(leaders)
@@ -491,7 +491,7 @@ func TestScheduleFailureBacksOff(t *testing.T) {
 	done := make(chan struct{})
 	start := time.Now()
 	go func() { defer close(done); rc.Run(ctx) }()
-	claimcachetest.WaitFor(t, "four queries, each after a failed schedule write", func() (bool, string) {
+	wait.For(t, "four queries, each after a failed schedule write", func() (bool, string) {
 		return wx.times("S-1") >= 4, fmt.Sprint(wx.times("S-1"))
 	})
 	cancel()

@@ -28,6 +28,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -122,7 +123,7 @@ func TestReceiverAgainstTheForwarder(t *testing.T) {
 	// A's rows appended again, as a relay that died between appending and
 	// marking would: the same event ids, dropped by the inbox.
 	a.appendAgain(t)
-	claimcachetest.WaitFor(t, "the re-sent events answered", func() (bool, string) {
+	wait.For(t, "the re-sent events answered", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0
@@ -269,7 +270,7 @@ func startForwarder(t *testing.T, bin, streamURL, url, secret string) (stop func
 
 func waitInbox(t *testing.T, db *pgxpool.Pool, n int) {
 	t.Helper()
-	claimcachetest.WaitFor(t, fmt.Sprintf("%d events in the inbox", n), func() (bool, string) {
+	wait.For(t, fmt.Sprintf("%d events in the inbox", n), func() (bool, string) {
 		got := count(t, db, `SELECT count(*) FROM webhook_inbox`)
 		return got == n, fmt.Sprint(got)
 	})
