@@ -18,6 +18,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/channel"
 )
@@ -83,18 +84,18 @@ var benchRun atomic.Int64
 
 func signedRequestsFrom(b *testing.B, dbURL, prefix string, n int) [][]string {
 	b.Helper()
-	orders := make([]durabletest.Order, n)
+	orders := make([]pgtemp.Order, n)
 	reqs := make([][]string, n)
 	now := time.Now().Unix()
 	for i := range n {
 		no := fmt.Sprintf("%s%d-%d", prefix, benchRun.Add(1), i)
-		orders[i] = durabletest.Order{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
+		orders[i] = pgtemp.Order{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
 		p := body("TX"+no, "PAY_SUCCESS", no, 1999)
 		id := fmt.Sprintf("msg_%d", i)
 		sig, _ := channel.SignWebhook(testSecret, id, now, []byte(p))
 		reqs[i] = []string{p, id, fmt.Sprint(now), sig}
 	}
-	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
+	if err := pgtemp.SeedOrders(context.Background(), dbURL, orders); err != nil {
 		b.Fatal(err)
 	}
 	return reqs

@@ -14,6 +14,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 )
@@ -21,14 +22,14 @@ import (
 // seedPaid seeds n PENDING_PAY orders and delivers each one's payment.
 func (b *bundle) seedPaid(t *testing.T, prefix string, n int) []string {
 	t.Helper()
-	orders := make([]durabletest.Order, n)
+	orders := make([]pgtemp.Order, n)
 	payloads := make([]string, n)
 	for i := range n {
 		no := fmt.Sprintf("%s-%04d", prefix, i)
-		orders[i] = durabletest.Order{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
+		orders[i] = pgtemp.Order{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
 		payloads[i] = body("T"+no, "PAY_SUCCESS", no, 1999)
 	}
-	if err := durabletest.SeedOrders(context.Background(), b.dbURL, orders); err != nil {
+	if err := pgtemp.SeedOrders(context.Background(), b.dbURL, orders); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range payloads {
@@ -132,14 +133,14 @@ func TestHotDuplicatesNeverReachPostgres(t *testing.T) {
 func TestRedisKilledMidLoad(t *testing.T) {
 	b := setup(t, options{cache: true})
 	const n = 200
-	orders := make([]durabletest.Order, n)
+	orders := make([]pgtemp.Order, n)
 	payloads := make([]string, n)
 	for i := range n {
 		no := fmt.Sprintf("K-%04d", i)
-		orders[i] = durabletest.Order{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
+		orders[i] = pgtemp.Order{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
 		payloads[i] = body("T"+no, "PAY_SUCCESS", no, 1999)
 	}
-	if err := durabletest.SeedOrders(context.Background(), b.dbURL, orders); err != nil {
+	if err := pgtemp.SeedOrders(context.Background(), b.dbURL, orders); err != nil {
 		t.Fatal(err)
 	}
 	var sent atomic.Int64
@@ -375,14 +376,14 @@ func TestTwoNodesDuplicateStorm(t *testing.T) {
 	a := setup(t, options{cache: true})
 	b := setup(t, options{dbURL: a.dbURL, redis: a.redis})
 	const keys, copies = 1000, 64
-	orders := make([]durabletest.Order, keys)
+	orders := make([]pgtemp.Order, keys)
 	payloads := make([]string, keys)
 	for i := range keys {
 		no := fmt.Sprintf("S-%04d", i)
-		orders[i] = durabletest.Order{No: no, Status: "PENDING_PAY", Amount: int64(100 + i), Currency: "CNY"}
+		orders[i] = pgtemp.Order{No: no, Status: "PENDING_PAY", Amount: int64(100 + i), Currency: "CNY"}
 		payloads[i] = body("T"+no, "PAY_SUCCESS", no, int64(100+i))
 	}
-	if err := durabletest.SeedOrders(context.Background(), a.dbURL, orders); err != nil {
+	if err := pgtemp.SeedOrders(context.Background(), a.dbURL, orders); err != nil {
 		t.Fatal(err)
 	}
 	type job struct{ key, copy int }

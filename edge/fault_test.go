@@ -16,6 +16,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 )
@@ -100,7 +101,7 @@ func TestPostgresSlowPastBudget(t *testing.T) {
 	c := durabletest.Shared(t)
 	name := durabletest.CreateDatabase(t, true)
 	px := proxy(t, "postgres", c.TCPAddr())
-	b := setup(t, options{budget: 200 * time.Millisecond, dbURL: durabletest.TCPURL(px.Listen, name)})
+	b := setup(t, options{budget: 200 * time.Millisecond, dbURL: pgtemp.TCPURL(px.Listen, name)})
 	b.order(t, "O-slow", durable.PendingPay, 1999)
 	payload := body("T-slow", "PAY_SUCCESS", "O-slow", 1999)
 	addLatency(t, px, postgresStall)
@@ -179,7 +180,7 @@ func TestCacheCleanupAfterTheAnswer(t *testing.T) {
 	name := durabletest.CreateDatabase(t, true)
 	px := proxy(t, "postgres", c.TCPAddr())
 	var cleanup hangingCleanup
-	b := setup(t, options{budget: 200 * time.Millisecond, dbURL: durabletest.TCPURL(px.Listen, name), cache: true,
+	b := setup(t, options{budget: 200 * time.Millisecond, dbURL: pgtemp.TCPURL(px.Listen, name), cache: true,
 		wrapCache: func(c edge.Cache) edge.Cache { cleanup = newHangingCleanup(c); return cleanup }})
 	// Let the hanging calls go before the bundle shuts down, and wait for
 	// them (cleanups run last-in first-out: this runs before setup's).

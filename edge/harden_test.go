@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
@@ -397,11 +397,11 @@ func TestMetricsScrapesNeverStarveCallbacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 400
-	orders := make([]durabletest.Order, n)
+	orders := make([]pgtemp.Order, n)
 	for i := range orders {
-		orders[i] = durabletest.Order{No: fmt.Sprintf("O-scr%03d", i), Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
+		orders[i] = pgtemp.Order{No: fmt.Sprintf("O-scr%03d", i), Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
 	}
-	if err := durabletest.SeedOrders(ctx, b.dbURL, orders); err != nil {
+	if err := pgtemp.SeedOrders(ctx, b.dbURL, orders); err != nil {
 		t.Fatal(err)
 	}
 	// Each scraper records its answered scrapes' end times; callbacks

@@ -22,6 +22,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
@@ -233,7 +234,7 @@ func listen(t testing.TB) net.Listener {
 
 func (b *bundle) order(t testing.TB, no string, status durable.State, amount int64) {
 	t.Helper()
-	if err := durabletest.SeedOrders(context.Background(), b.dbURL, []durabletest.Order{{No: no, Status: string(status), Amount: amount, Currency: "CNY"}}); err != nil {
+	if err := pgtemp.SeedOrders(context.Background(), b.dbURL, []pgtemp.Order{{No: no, Status: string(status), Amount: amount, Currency: "CNY"}}); err != nil {
 		t.Fatal(err)
 	}
 }

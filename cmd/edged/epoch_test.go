@@ -13,6 +13,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
@@ -40,7 +41,7 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 	if m.cache.Epoch() == "" {
 		t.Fatal("the cache does not know the epoch once edged listens")
 	}
-	if err := durabletest.SeedOrders(context.Background(), dbURL, []durabletest.Order{
+	if err := pgtemp.SeedOrders(context.Background(), dbURL, []pgtemp.Order{
 		{No: "O-e1", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"},
 		{No: "O-e2", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"},
 	}); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
 )
@@ -108,11 +109,11 @@ func (r *rotation) send(client *http.Client) {
 // fails keeps the old set and says why.
 func TestReloadRotatesUnderLoad(t *testing.T) {
 	dbURL := durabletest.NewDatabase(t)
-	var orders []durabletest.Order
+	var orders []pgtemp.Order
 	for i := range 2000 {
-		orders = append(orders, durabletest.Order{No: fmt.Sprintf("R-%06d", i), Status: "PENDING_PAY", Amount: 5, Currency: "CNY"})
+		orders = append(orders, pgtemp.Order{No: fmt.Sprintf("R-%06d", i), Status: "PENDING_PAY", Amount: 5, Currency: "CNY"})
 	}
-	if err := durabletest.SeedOrders(context.Background(), dbURL, orders); err != nil {
+	if err := pgtemp.SeedOrders(context.Background(), dbURL, orders); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -301,7 +302,7 @@ func sendWxOnce(t *testing.T, addr string, s *channeltest.WeChatPaySigner) int {
 func TestSIGHUPReloads(t *testing.T) {
 	bin := buildEdged(t)
 	dbURL := durabletest.NewDatabase(t)
-	if err := durabletest.SeedOrders(context.Background(), dbURL, []durabletest.Order{
+	if err := pgtemp.SeedOrders(context.Background(), dbURL, []pgtemp.Order{
 		{No: "R-000001", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/wait"
 )
@@ -27,7 +28,7 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 	dbURL := durabletest.NewDatabase(t)
 	m := runMain(t, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		"DATABASE_URL="+dbURL, "REDIS_URL="+rs.URL(), "EDGE_STREAM_URL="+rs.URL(), "EDGE_SECRET_ACME="+secret)
-	if err := durabletest.SeedOrders(context.Background(), dbURL, []durabletest.Order{{No: "O-w", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"}}); err != nil {
+	if err := pgtemp.SeedOrders(context.Background(), dbURL, []pgtemp.Order{{No: "O-w", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"}}); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"channel_txn_id":"T-w","event_type":"PAY_SUCCESS","order_no":"O-w","amount":5,"currency":"CNY"}`
@@ -78,7 +79,7 @@ func TestMainRelayTooFewReplicas(t *testing.T) {
 	if !strings.Contains(logs.String(), `"stream_replicas":1,"connected_replicas":0`) {
 		t.Errorf("no start warning naming both numbers:\n%s", logs.String())
 	}
-	if err := durabletest.SeedOrders(context.Background(), dbURL, []durabletest.Order{{No: "O-r", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"}}); err != nil {
+	if err := pgtemp.SeedOrders(context.Background(), dbURL, []pgtemp.Order{{No: "O-r", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"}}); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"channel_txn_id":"T-r","event_type":"PAY_SUCCESS","order_no":"O-r","amount":5,"currency":"CNY"}`

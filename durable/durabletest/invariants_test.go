@@ -15,6 +15,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -74,14 +75,14 @@ func invariantsDB(t *testing.T) (db *pgxpool.Pool, answered []string) {
 	t.Helper()
 	ctx := context.Background()
 	url := durabletest.NewDatabase(t)
-	var orders []durabletest.Order
+	var orders []pgtemp.Order
 	for i, no := range []string{"paid", "shipped", "closed", "refunded", "partial", "api", "tradeclosed"} {
-		orders = append(orders, durabletest.Order{No: prefix + no, Status: "PENDING_PAY", Amount: int64(100 * (i + 1)), Currency: "CNY"})
+		orders = append(orders, pgtemp.Order{No: prefix + no, Status: "PENDING_PAY", Amount: int64(100 * (i + 1)), Currency: "CNY"})
 	}
 	orders = append(orders,
-		durabletest.Order{No: decoyPercent, Status: "PENDING_PAY", Amount: 100, Currency: "CNY"},
-		durabletest.Order{No: decoyUnderscore, Status: "PENDING_PAY", Amount: 100, Currency: "CNY"})
-	if err := durabletest.SeedOrders(ctx, url, orders); err != nil {
+		pgtemp.Order{No: decoyPercent, Status: "PENDING_PAY", Amount: 100, Currency: "CNY"},
+		pgtemp.Order{No: decoyUnderscore, Status: "PENDING_PAY", Amount: 100, Currency: "CNY"})
+	if err := pgtemp.SeedOrders(ctx, url, orders); err != nil {
 		t.Fatal(err)
 	}
 	store, err := durable.New(ctx, durable.Config{URL: url, MaxConns: 4, MinConns: 1})

@@ -17,6 +17,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/shipping"
 	"github.com/notifyedge/notifyedge/durable/wait"
@@ -102,11 +103,11 @@ func fullRefund(payTxn, refundID, orderNo string) durable.Notification {
 func (b *bundle) paidAndRefunded(t *testing.T, prefix string, n int, refund bool) {
 	t.Helper()
 	ctx := context.Background()
-	orders := make([]durabletest.Order, n)
+	orders := make([]pgtemp.Order, n)
 	for i := range n {
-		orders[i] = durabletest.Order{No: fmt.Sprintf("%s-%03d", prefix, i), Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
+		orders[i] = pgtemp.Order{No: fmt.Sprintf("%s-%03d", prefix, i), Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}
 	}
-	if err := durabletest.SeedOrders(ctx, b.url, orders); err != nil {
+	if err := pgtemp.SeedOrders(ctx, b.url, orders); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range orders {

@@ -27,6 +27,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/wait"
 )
@@ -210,7 +211,7 @@ func (s *shop) pay(t *testing.T, n int) {
 	for range n {
 		s.paid++
 		no := fmt.Sprintf("%s-%03d", s.name, s.paid)
-		if err := durabletest.SeedOrders(ctx, s.url, []durabletest.Order{{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}}); err != nil {
+		if err := pgtemp.SeedOrders(ctx, s.url, []pgtemp.Order{{No: no, Status: "PENDING_PAY", Amount: 1999, Currency: "CNY"}}); err != nil {
 			t.Fatal(err)
 		}
 		txn := "T" + no
