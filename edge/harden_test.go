@@ -21,31 +21,8 @@ import (
 	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 )
-
-// lockedBuffer collects log output written from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Len()
-}
 
 // rawRequest writes req on a fresh connection from local address from
 // ("" for any) to addr and returns the status line and body of the answer.
@@ -197,7 +174,7 @@ func TestTotalConnectionCapJSON(t *testing.T) {
 // No header value reaches the log, however malformed the request, and a
 // flood of malformed requests grows the log by a few lines a second.
 func TestLogsRedactedAndBounded(t *testing.T) {
-	var logs lockedBuffer
+	var logs edgetest.Log
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	b := setup(t, options{logger: logger})
 	sig := signed(t, testSecret, time.Now(), `{}`).Get("webhook-signature")
@@ -307,7 +284,7 @@ func (panickingReviews) ResolveReview(context.Context, int64, string, string) (d
 // The admin listener survives a panic in a handler and odd paths that once
 // crashed it; both listeners keep serving.
 func TestAdminSurvives(t *testing.T) {
-	var logs lockedBuffer
+	var logs edgetest.Log
 	b := setup(t, options{logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 		reviews: func(q admin.ReviewQueue) admin.ReviewQueue { return panickingReviews{q} }})
 	for _, path := range []string{"/review/resolve", "/review//resolve", "/review/0/resolve", "/review/x/resolve",

@@ -26,6 +26,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -406,20 +407,8 @@ func (b *bundle) adminAsync(method, path, token, payload string) <-chan adminRep
 // metric returns the value of one sample line of /metrics (0 if absent).
 func (b *bundle) metric(t testing.TB, sample string) float64 {
 	t.Helper()
-	resp, err := b.client.Get(b.adminURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			var f float64
-			fmt.Sscan(v, &f)
-			return f
-		}
-	}
-	return 0
+	v, _ := edgetest.Value(edgetest.Scrape(t, b.client, b.adminURL+"/metrics"), sample)
+	return v
 }
 
 // queryCounter is a pgx tracer that counts the queries a pool sends that

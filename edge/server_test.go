@@ -1,7 +1,6 @@
 package edge_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 )
 
 // authorityFunc is a fake of edge's own Authority interface.
@@ -33,27 +32,9 @@ func (f authorityFunc) RecordReview(context.Context, durable.Notification, durab
 	return nil
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestPanicIs500AndLogged(t *testing.T) {
 	acme, _ := channel.NewGeneric(channel.GenericConfig{Name: "acme", Secrets: []string{testSecret}})
-	var logs syncBuffer
+	var logs edgetest.Log
 	srv, err := edge.New(edge.Config{
 		Channels:  []channel.Channel{acme},
 		Authority: authorityFunc(func(context.Context, durable.Notification) (durable.Result, error) { panic("boom") }),

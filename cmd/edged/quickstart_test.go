@@ -18,6 +18,7 @@ import (
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/wait"
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 )
 
 // quickStart is the production quick start's text, read from the page.
@@ -205,7 +206,7 @@ func TestQuickStart(t *testing.T) {
 		argv := strings.Fields(start[1])
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(cleanEnv(), envFile(string(text))...)
-		logs := &lockedLog{}
+		logs := &edgetest.Log{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {

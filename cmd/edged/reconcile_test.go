@@ -28,6 +28,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/channel/channeltest"
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 	"github.com/notifyedge/notifyedge/edge/reconcile/query/querytest"
 )
 
@@ -103,24 +104,6 @@ func newReconcileRig(t *testing.T) *reconcileRig {
 	return r
 }
 
-// lockedLog is a log sink the test reads while edged writes to it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // startNode runs edged on loopback ports with args (beside the listeners
 // and a 2 s budget) and env, its JSON log going to logs; it stops with
 // the test.
@@ -142,9 +125,9 @@ func startNode(t *testing.T, args, env []string, logs io.Writer) *Main {
 
 // node starts an edged node on the rig's database with args; its JSON log
 // goes to the returned sink.
-func (r *reconcileRig) node(t *testing.T, args ...string) (*Main, *lockedLog) {
+func (r *reconcileRig) node(t *testing.T, args ...string) (*Main, *edgetest.Log) {
 	t.Helper()
-	log := &lockedLog{}
+	log := &edgetest.Log{}
 	return startNode(t, args, r.env, log), log
 }
 
@@ -577,16 +560,8 @@ func TestReconcileRacesCallback(t *testing.T) {
 // on a metrics page, 0 when it is not there.
 func metricValue(t *testing.T, page, series string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(page, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	return 0
+	v, _ := edgetest.Value(page, series)
+	return v
 }
 
 // PUT /orders naming a channel edged does not have is refused, naming the

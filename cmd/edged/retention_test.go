@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/wait"
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 )
 
 // edged runs retention from the start, with its flags: a claim older than
@@ -84,13 +84,7 @@ func TestClaimRetentionFloor(t *testing.T) {
 
 func scrape(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return edgetest.Scrape(t, testClient, url)
 }
 
 func grepLines(page string, words ...string) string {

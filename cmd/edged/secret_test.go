@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/notifyedge/notifyedge/durable/durabletest"
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 )
 
 // secretEnv runs edged secret with args and returns its variables.
@@ -69,7 +70,7 @@ func TestSecretAndSignEveryKind(t *testing.T) {
 	for k, v := range env {
 		list = append(list, k+"="+v)
 	}
-	m := startNode(t, nil, list, &lockedLog{})
+	m := startNode(t, nil, list, &edgetest.Log{})
 	for _, no := range []string{"S-GEN", "S-WX", "S-ALI"} {
 		if code, body := adminDo(t, env["EDGE_ORDERS_TOKEN"], "PUT", "http://"+m.AdminAddr()+"/orders/"+no, `{"amount":1999,"currency":"CNY"}`); code != 201 {
 			t.Fatalf("PUT %s: %d %s", no, code, body)

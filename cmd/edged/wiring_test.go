@@ -17,6 +17,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/wait"
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -73,7 +74,7 @@ func TestMainWiresCacheAndRelay(t *testing.T) {
 func TestMainRelayTooFewReplicas(t *testing.T) {
 	rs := persistentRedis(t)
 	dbURL := durabletest.NewDatabase(t)
-	logs := &lockedLog{}
+	logs := &edgetest.Log{}
 	m := runMain(t, slog.New(slog.NewJSONHandler(logs, nil)),
 		"DATABASE_URL="+dbURL, "EDGE_STREAM_URL="+rs.URL(), "EDGE_STREAM_REPLICAS=1", "EDGE_SECRET_ACME="+secret)
 	if !strings.Contains(logs.String(), `"stream_replicas":1,"connected_replicas":0`) {

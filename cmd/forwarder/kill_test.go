@@ -11,10 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/notifyedge/notifyedge/edge/edgetest"
 )
 
 // The real binary, SIGKILLed mid-run with a second instance already
@@ -156,12 +159,11 @@ func httpGet(addr, path string) string {
 
 // metric returns the value of the series named exactly so, or "".
 func metric(addr, series string) string {
-	for line := range strings.Lines(httpGet(addr, "/metrics")) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
-			return v
-		}
+	v, ok := edgetest.Value(httpGet(addr, "/metrics"), series)
+	if !ok {
+		return ""
 	}
-	return ""
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
 // waitClosed waits for cmd on a goroutine of its own, then closes log; the
