@@ -66,20 +66,12 @@ func (b *bundle) order(t *testing.T, orderNo string, status durable.State, amoun
 
 func (b *bundle) status(t *testing.T, orderNo string) durable.State {
 	t.Helper()
-	var s string
-	if err := b.db.QueryRow(context.Background(), `SELECT status FROM biz_order WHERE order_no = $1`, orderNo).Scan(&s); err != nil {
-		t.Fatalf("read status: %v", err)
-	}
-	return durable.State(s)
+	return durable.State(durabletest.Status(t, b.db, orderNo))
 }
 
 func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := b.db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return durabletest.Count(t, b.db, sql, args...)
 }
 
 func (b *bundle) claims(t *testing.T, key string) int {

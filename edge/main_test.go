@@ -327,20 +327,12 @@ func (b *bundle) counts(t testing.TB) counts {
 
 func (b *bundle) count(t testing.TB, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := b.db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return durabletest.Count(t, b.db, sql, args...)
 }
 
 func (b *bundle) status(t testing.TB, orderNo string) string {
 	t.Helper()
-	var s string
-	if err := b.db.QueryRow(context.Background(), `SELECT status FROM biz_order WHERE order_no = $1`, orderNo).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return durabletest.Status(t, b.db, orderNo)
 }
 
 // lockOrder holds the order's row lock until release (durabletest.LockOrder).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bill"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bill/billtest"
@@ -80,11 +81,7 @@ func billRun(t *testing.T, admin, ch, date string) (int, durable.BillRun) {
 
 func (r *reconcileRig) scalar(t *testing.T, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := r.db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return durabletest.Count(t, r.db, sql, args...)
 }
 
 // TestBillsTwoNodes: two nodes on schedule, exactly one fetches each

@@ -76,11 +76,7 @@ func newStore(t testing.TB, url string) *durable.Store {
 
 func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := b.db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return durabletest.Count(t, b.db, sql, args...)
 }
 
 func note(txn string, e durable.Event, orderNo string) durable.Notification {
