@@ -1,11 +1,9 @@
 package claimcache
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,71 +13,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-// Verdict is what a claim found.
-type Verdict uint8
-
-// The claim verdicts.
-const (
-	// Won: this request now holds a pending entry; it must Complete (after a
-	// committed DONE result) or Abort.
-	Won Verdict = iota + 1
-	// Done: a finished entry with the same digest exists; Response is the
-	// first answer.
-	Done
-	// Mismatch: an entry with another digest exists; Postgres decides
-	// (it records the conflict).
-	Mismatch
-	// Busy: another owner's pending entry with the same digest exists; Wait
-	// for its result.
-	Busy
-)
-
-var verdictNames = [...]string{Won: "won", Done: "done", Mismatch: "mismatch", Busy: "busy"}
-
-func (v Verdict) String() string {
-	if int(v) < len(verdictNames) && verdictNames[v] != "" {
-		return verdictNames[v]
-	}
-	return "Verdict(" + strconv.Itoa(int(v)) + ")"
-}
-
-// Digest is the raw SHA-256 of a delivery's business fields.
-type Digest [32]byte
-
-// Token identifies the owner of a pending entry.
-type Token [16]byte
-
-// Result is a claim's outcome.
-type Result struct {
-	Verdict Verdict
-	// Token is the owner token of a Won claim.
-	Token Token
-	// Response is the stored response of a Done verdict. It is a fresh
-	// string from the Redis reply: the caller may keep it.
-	Response string
-	// Epoch names the cache epoch a Won claim was made under (for
-	// Completion.Epoch).
-	Epoch uint64
-}
-
-// ErrSlow is returned for a call that waited the cache's WaitBudget for
-// its turn in the pipeline: go to Postgres.
-var ErrSlow = errors.New("claimcache: redis too slow to take the call")
-
-// ErrBreakerOpen is returned without calling Redis while the breaker is
-// open: go to Postgres.
-var ErrBreakerOpen = errors.New("claimcache: breaker open")
-
-// Client lists the Redis commands the cache uses; redis.UniversalClient
-// (single node or cluster) satisfies it.
-type Client interface {
-	redis.Scripter
-	Ping(ctx context.Context) *redis.StatusCmd
-	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
-	Get(ctx context.Context, key string) *redis.StringCmd
-	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-}
 
 // Config configures a Cache. Zero fields take the defaults noted.
 type Config struct {
@@ -220,104 +153,6 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-// NewClient returns a go-redis client for url, tuned for a 200 ms budget:
-// url is redis://[user:pass@]host:port[/db] (or rediss://), or go-redis's
-// cluster form redis://host1:port1?addr=host2:port2. Every call is bounded
-// by callTimeout (socket deadlines and the pool wait), nothing is retried
-// (go-redis retries writes after a timeout, which would re-send a claim),
-// and a dead server fails in about a millisecond.
-func NewClient(url string, callTimeout time.Duration, poolSize int) (redis.UniversalClient, error) {
-	callTimeout = cmp.Or(callTimeout, 25*time.Millisecond)
-	tune := func(dial, read, write, pool *time.Duration, retries, dialRetries, size *int, ctxTimeout *bool) {
-		*dial, *read, *write, *pool = 2*callTimeout, callTimeout, callTimeout, callTimeout
-		*retries, *dialRetries, *ctxTimeout = -1, 1, true
-		if poolSize > 0 {
-			*size = poolSize
-		}
-	}
-	if bytes.Contains([]byte(url), []byte("addr=")) {
-		o, err := redis.ParseClusterURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("claimcache: parse cluster url: %w", err)
-		}
-		tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.ContextTimeoutEnabled)
-		// The slot map is read again at most a second after it is a second
-		// old (go-redis's default is a minute): a failed-over master's keys
-		// move to its promoted replica within seconds, and a breaker that
-		// stops calls to the dead master would otherwise keep the stale map
-		// from ever being refreshed by an error.
-		o.ClusterStateReloadInterval = time.Second
-		return redis.NewClusterClient(o), nil
-	}
-	o, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("claimcache: parse url: %w", err)
-	}
-	tune(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.ContextTimeoutEnabled)
-	return redis.NewClient(o), nil
-}
-
-// bufs are scratch buffers for keys and values.
-var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
-
-const (
-	keyPrefix  = "ne:{"
-	keySuffix  = "}"
-	kindDone   = 'D'
-	kindPend   = 'P'
-	headerSize = 1 + len(Digest{})
-)
-
-func (c *Cache) newToken() Token {
-	var t Token
-	copy(t[:8], c.node[:])
-	binary.BigEndian.PutUint64(t[8:], c.seq.Add(1))
-	return t
-}
-
-func pendingValue(dst []byte, d Digest, t Token) []byte {
-	dst = append(dst, kindPend)
-	dst = append(dst, d[:]...)
-	return append(dst, t[:]...)
-}
-
-func doneValue(dst []byte, d Digest, response []byte) []byte {
-	dst = append(dst, kindDone)
-	dst = append(dst, d[:]...)
-	return append(dst, response...)
-}
-
-// call runs f against Redis unless the breaker of the node serving the
-// Redis key rk is open, and feeds that breaker and OnError with its outcome
-// (redis.Nil is an answer, not an error).
-func (c *Cache) call(ctx context.Context, rk string, f func() error) error {
-	b := c.breakers.forKey(ctx, rk)
-	if !b.allow() {
-		return ErrBreakerOpen
-	}
-	err := f()
-	c.record(b, err)
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
-	return err
-}
-
-// record feeds b and OnError with a call's outcome (redis.Nil is an
-// answer, not an error).
-func (c *Cache) record(b *breaker, err error) {
-	if errors.Is(err, redis.Nil) {
-		err = nil
-	}
-	b.record(err)
-	if err == nil && c.probeBad.Load() {
-		c.probeBad.Store(false) // an answer is as good as the probe's PING
-	}
-	if err != nil && c.onError != nil {
-		c.onError(err)
-	}
-}
-
 // Claim claims key for a delivery with digest d, or finds what is there, in
 // one round trip (SET NX GET). key is read during the call only.
 func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error) {
@@ -367,19 +202,6 @@ func (c *Cache) Claim(ctx context.Context, key []byte, d Digest) (Result, error)
 		c.local.put(key, st.gen, d, r.Response)
 	}
 	return r, nil
-}
-
-// classify reads an existing entry against digest d.
-func classify(v string, d Digest) Result {
-	if len(v) < headerSize || v[1:headerSize] != string(d[:]) {
-		return Result{Verdict: Mismatch}
-	}
-	if v[0] == kindDone {
-		return Result{Verdict: Done, Response: v[headerSize:]}
-	}
-	var t Token
-	copy(t[:], v[headerSize:])
-	return Result{Verdict: Busy, Token: t}
 }
 
 // Wait polls a Busy key (1 ms, doubling, within WaitBudget and ctx) until
