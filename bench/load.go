@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/valyala/fasthttp"
+
+	"github.com/notifyedge/notifyedge/edge/channel"
 )
 
 // A source yields the next callback of a scenario. It is called from many

@@ -1,26 +1,17 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/valyala/fasthttp"
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
@@ -99,13 +90,6 @@ type scaleStack struct {
 	dbURL, primaryURL  string
 	progress           io.Writer
 	edgeAddrs, admAddr []string
-}
-
-// scaleProc is a child process of ours.
-type scaleProc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
 }
 
 // RunScale runs the scale-out scenario on this machine's loopback.
@@ -268,66 +252,6 @@ func (st *scaleStack) start(ctx context.Context, cfg ScaleConfig) error {
 	return st.startHAProxy(ctx)
 }
 
-// startHAProxy writes its configuration and starts it: one frontend with
-// node 1 behind it, one with all three.
-func (st *scaleStack) startHAProxy(ctx context.Context) error {
-	one, three := freeAddr(), freeAddr()
-	var b strings.Builder
-	fmt.Fprintf(&b, `global
-    maxconn 4096
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 30s
-    timeout server 30s
-    # A POST is retried on another node only when the connection to its
-    # node failed: it never reached edged. Any answer edged gave, 503
-    # included, goes back to the channel, which retries on its own.
-    retries 3
-    retry-on conn-failure
-    option redispatch
-frontend one
-    bind %s
-    default_backend one
-frontend three
-    bind %s
-    default_backend three
-`, one, three)
-	for _, be := range []struct {
-		name  string
-		nodes int
-	}{{"one", 1}, {"three", 3}} {
-		fmt.Fprintf(&b, "backend %s\n    balance roundrobin\n    option httpchk GET /readyz\n    http-check expect status 200\n", be.name)
-		for i := range be.nodes {
-			_, admPort, _ := net.SplitHostPort(st.admAddr[i])
-			fmt.Fprintf(&b, "    server n%d %s check port %s inter 500ms fall 2 rise 2\n", i+1, st.edgeAddrs[i], admPort)
-		}
-	}
-	path := filepath.Join(st.dir, "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	var err error
-	if st.haproxy, err = st.startProc("haproxy", "haproxy", []string{"-f", path, "-db"}, nil); err != nil {
-		return err
-	}
-	st.one, st.three = "http://"+one, "http://"+three
-	// Up once its checks have seen the nodes (rise 2 at 500 ms): any answer
-	// but haproxy's own 503 comes from an edged.
-	wait.Sleep(ctx, 1500*time.Millisecond)
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if resp, err := http.Get(st.three + "/"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusServiceUnavailable {
-				return nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return errors.New("haproxy saw no healthy edged within 20 s")
-}
-
 // failover kills the primary, promotes the standby, and lets it commit
 // alone: synchronous_standby_names is cleared on it (no standby is left to
 // wait for), which the report names as reduced durability.
@@ -388,47 +312,6 @@ func (st *scaleStack) check(ctx context.Context, success []string) ([]string, er
 	return out, errors.Join(errs...)
 }
 
-// startProc starts a child of ours (killed with us), its output in a file
-// of the run's directory.
-func (st *scaleStack) startProc(name, bin string, args, env []string) (*scaleProc, error) {
-	logf, err := os.Create(filepath.Join(st.dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	p := &scaleProc{name: name, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig follows the forking thread: keep it for the child's life.
-		runtime.LockOSThread()
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(p.done)
-			return
-		}
-		p.cmd = cmd
-		started <- nil
-		cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	return p, nil
-}
-
-// kill SIGKILLs the process and waits for it.
-func (p *scaleProc) kill() {
-	if p != nil && p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
 func (st *scaleStack) close() {
 	st.haproxy.kill()
 	st.shipper.kill()
@@ -465,107 +348,6 @@ func waitSync(ctx context.Context, url string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return errors.New("no synchronous standby within 30 s")
-}
-
-// waitStatus waits until url answers 200.
-func waitStatus(ctx context.Context, url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not answer 200 within %s", url, timeout)
-}
-
-// freeAddr returns a free 127.0.0.1 address.
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic("bench: no free port: " + err.Error())
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// retrying is what driveRetrying saw.
-type retrying struct {
-	start   time.Time
-	ok      int           // callbacks answered 200 in the end
-	gaveup  int           // callbacks still not 200 after a minute of retries
-	seconds []ScaleSecond // every answer (and failed connection), by second
-	success []string      // keys answered SUCCESS
-}
-
-// driveRetrying is workers channels, each sending the next callback once
-// the last was answered 200, and retrying anything else (another status, a
-// failed connection) with the same body after 50 ms, for up to a minute.
-func driveRetrying(ctx context.Context, tg *Target, url string, workers int, d time.Duration, src source) retrying {
-	client := &fasthttp.Client{MaxConnsPerHost: workers * 2, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
-	defer client.CloseIdleConnections()
-	r := retrying{start: time.Now(), seconds: make([]ScaleSecond, int(d/time.Second)+70)}
-	var mu sync.Mutex
-	success := map[string]bool{}
-	var ok, gaveup atomic.Int64
-	deadline := r.start.Add(d)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				p := src.next()
-				body := p.body()
-				giveUp := time.Now().Add(time.Minute)
-				for {
-					setCallback(req, tg, url, body) // the same body, signed anew, as a channel retries
-					err := client.DoTimeout(req, resp, 10*time.Second)
-					good := err == nil && resp.StatusCode() == 200
-					sec := int(time.Since(r.start) / time.Second)
-					mu.Lock()
-					if sec < len(r.seconds) {
-						if good {
-							r.seconds[sec].OK++
-						} else {
-							r.seconds[sec].Other++
-						}
-					}
-					if good && bytes.HasPrefix(resp.Body(), successPrefix) {
-						success[p.key(tg.Channel)] = true
-					}
-					mu.Unlock()
-					if good {
-						ok.Add(1)
-						break
-					}
-					if time.Now().After(giveUp) || ctx.Err() != nil {
-						gaveup.Add(1)
-						break
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	r.ok, r.gaveup = int(ok.Load()), int(gaveup.Load())
-	last := len(r.seconds)
-	for last > 0 && r.seconds[last-1] == (ScaleSecond{}) {
-		last--
-	}
-	r.seconds = r.seconds[:last]
-	for k := range success {
-		r.success = append(r.success, k)
-	}
-	sort.Strings(r.success)
-	return r
 }
 
 // Table renders the report for a terminal and the README.
