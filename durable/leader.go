@@ -57,6 +57,10 @@ type LeaderConfig struct {
 	// Session adjusts the session's parameters (timeouts,
 	// synchronous_commit) of a copy of the operator pool's.
 	Session func(*pgx.ConnConfig)
+	// base, when set, is the session's configuration instead (durable's
+	// own roles: the relay and retention start from the callbacks' pool,
+	// with its generic plans and its application_name).
+	base func() *pgx.ConnConfig
 	// OnState hears StateLeader and StateStandby.
 	OnState func(string)
 	// OnError hears each error a leadership or a try ended with.
@@ -150,8 +154,13 @@ func (s *Store) runLeader(ctx context.Context, cfg LeaderConfig, usesConn bool, 
 
 // leaderConn connects the role's session.
 func (s *Store) leaderConn(ctx context.Context, cfg LeaderConfig) (*pgx.Conn, error) {
-	cc := s.ops.Config().ConnConfig.Copy()
-	cc.RuntimeParams["application_name"] = "notifyedge-" + cfg.Name
+	var cc *pgx.ConnConfig
+	if cfg.base != nil {
+		cc = cfg.base()
+	} else {
+		cc = s.ops.Config().ConnConfig.Copy()
+		cc.RuntimeParams["application_name"] = "notifyedge-" + cfg.Name
+	}
 	if cfg.Session != nil {
 		cfg.Session(cc)
 	}

@@ -73,7 +73,7 @@ func (s *Store) RunRelay(ctx context.Context, cfg RelayConfig) error {
 		}
 	}
 	s.runLeader(ctx, LeaderConfig{Name: relayName, LockID: cfg.LockID, Retry: leaderPoll, AfterError: cfg.Poll,
-		KeepConnection: true, Session: relaySession, OnError: cfg.OnError,
+		KeepConnection: true, base: s.relayConnConfig, OnError: cfg.OnError,
 		// The relay's own words for the leader: running (or degraded).
 		OnState: func(st string) {
 			if st == StateStandby {
@@ -194,24 +194,18 @@ func (s *Store) relayBatch(ctx context.Context, conn *pgx.Conn, cfg RelayConfig)
 // relayConnConfig is the relay's own connection: no timeouts (it holds the
 // leader's lock and waits for notifications), a name of its own.
 func (s *Store) relayConnConfig() *pgx.ConnConfig {
-	cc := s.ops.Config().ConnConfig.Copy()
-	cc.RuntimeParams["application_name"] = RelayApplication
-	relaySession(cc)
-	return cc
-}
-
-// relaySession sets the relay's session: no timeouts (it waits for
-// notifications), and commits that need not wait for the disk.
-func relaySession(cc *pgx.ConnConfig) {
+	cc := s.pool.Config().ConnConfig.Copy()
 	for _, p := range []string{"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"} {
 		delete(cc.RuntimeParams, p)
 	}
+	cc.RuntimeParams["application_name"] = RelayApplication
 	// Marking rows published need not wait for the disk: a mark lost in a
 	// crash only sends its rows again, which consumers dedup on the outbox
 	// id (at least once, as a crash between publish and mark already does).
 	// The mark's commit was a flush of its own several hundred times a
 	// second under load.
 	cc.RuntimeParams["synchronous_commit"] = "off"
+	return cc
 }
 
 // notifyWindow coalesces wake-ups: at most one NOTIFY per window (each is

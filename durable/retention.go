@@ -261,6 +261,13 @@ func (s *Store) RunRetention(ctx context.Context, cfg RetentionConfig) error {
 	}
 	s.runLeader(ctx, LeaderConfig{Name: "retention", LockID: cfg.LockID, Retry: cfg.Interval,
 		OnState: cfg.OnState, OnError: cfg.OnError,
+		// The callbacks' pool's session (its generic plans for the range
+		// deletes), named after it.
+		base: func() *pgx.ConnConfig {
+			cc := s.pool.Config().ConnConfig.Copy()
+			cc.RuntimeParams["application_name"] = cmp.Or(cc.RuntimeParams["application_name"], "notifyedge") + "-retention"
+			return cc
+		},
 		Session: func(cc *pgx.ConnConfig) {
 			cc.RuntimeParams["statement_timeout"] = ms(cfg.StatementTimeout)
 			cc.RuntimeParams["lock_timeout"] = ms(cfg.LockTimeout)

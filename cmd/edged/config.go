@@ -135,12 +135,8 @@ func ParseConfig(args, env []string) (Config, error) {
 		{"bill-retention", "EDGE_BILL_RETENTION", "2160h", "delete bill runs and their items older than this", positive(&c.BillRetention)},
 	}
 	for _, st := range settings {
-		v := st.def
-		if e, ok := vars[st.env]; ok && e != "" {
-			v = e
-		}
-		if err := st.value.Set(v); err != nil {
-			return Config{}, fmt.Errorf("-%s (%s): %w", st.name, st.env, err)
+		if err := st.value.Set(st.def); err != nil {
+			panic("BUG: the default of -" + st.name + ": " + err.Error())
 		}
 		fs.Var(st.value, st.name, st.usage+" ("+st.env+")")
 	}
@@ -150,6 +146,17 @@ func ParseConfig(args, env []string) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	// The environment fills what no flag set: a flag wins, even over a
+	// variable that would not parse.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, st := range settings {
+		if e := vars[st.env]; e != "" && !given[st.name] {
+			if err := st.value.Set(e); err != nil {
+				return Config{}, fmt.Errorf("-%s (%s): %w", st.name, st.env, err)
+			}
+		}
 	}
 	if c.ClaimRetention < durable.MinClaimRetention {
 		return Config{}, fmt.Errorf("-claim-retention (EDGE_CLAIM_RETENTION): %s is below %s, the channels' retry window: a retry must still find its claim",
@@ -230,7 +237,16 @@ func (v *sizeValue) Set(s string) error {
 	*v = sizeValue(n)
 	return nil
 }
-func (v *sizeValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *sizeValue) String() string {
+	switch n := int(*v); {
+	case n > 0 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + "MiB"
+	case n > 0 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + "KiB"
+	default:
+		return strconv.Itoa(n)
+	}
+}
 
 func (v *rateValue) Set(s string) error {
 	r, err := strconv.ParseFloat(s, 64)
@@ -283,9 +299,9 @@ func nonNegative(d *time.Duration) *durationValue { return &durationValue{d: d, 
 func (v *durationValue) Set(s string) error {
 	d, err := time.ParseDuration(s)
 	switch {
-	case err != nil, d < 0:
+	case (err != nil || d < 0) && v.allowZero:
 		return fmt.Errorf("%q is not a duration ≥ 0", s)
-	case d == 0 && !v.allowZero:
+	case err != nil || d <= 0 && !v.allowZero:
 		return fmt.Errorf("%q is not a positive duration", s)
 	}
 	*v.d = d

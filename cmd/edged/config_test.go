@@ -73,6 +73,17 @@ func TestParseConfigFlagsOverrideEnv(t *testing.T) {
 		!strings.Contains(err.Error(), "reconcile-rate") {
 		t.Errorf("-reconcile-rate 0: %v", err)
 	}
+	// A flag wins even over a variable that would not parse: the command
+	// line fixes a bad environment.
+	c, err = ParseConfig([]string{"-budget", "100ms", "-bills-tz", "UTC"},
+		[]string{"DATABASE_URL=postgres://db/x", "EDGE_SECRET_ACME=" + secret, "EDGE_BUDGET=bogus", "EDGE_BILLS_TZ=Nowhere/Bogus"})
+	if err != nil || c.Budget != 100*time.Millisecond || c.BillsZone.String() != "UTC" {
+		t.Errorf("flags over unparsable variables: %v, %+v", err, c)
+	}
+	if _, err := ParseConfig([]string{"-budget", "-1s"}, []string{"DATABASE_URL=postgres://db/x", "EDGE_SECRET_ACME=" + secret}); err == nil ||
+		!strings.Contains(err.Error(), "not a positive duration") {
+		t.Errorf("-budget -1s: %v, want it to say a positive duration", err)
+	}
 }
 
 func TestParseConfigErrors(t *testing.T) {
