@@ -182,7 +182,7 @@
 // error. "callback pool" and "operator pool" are Store's two pools.
 //
 //	Process, one at a time (group commit off, a lone delivery, a member
-//	handed back busy by a batch or one of a failed batch: processOne),
+//	handed back busy by a batch or one of a failed batch: processOn),
 //	callback pool.
 //	    SQL: processSQL[event]: a probe of notify_claim by biz_key answers a
 //	      replay in plain SQL; otherwise notifyedge_process, which calls
