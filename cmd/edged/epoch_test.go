@@ -73,6 +73,12 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 		})
 	}
 	epoch0 := m.cache.Epoch()
+	changes := func(cause string) float64 {
+		return metricValue(t, scrape(t, "http://"+m.AdminAddr()+"/metrics"), `notifyedge_cache_epoch_changes_total{cause="`+cause+`"}`)
+	}
+	if n := changes("counter") + changes("timeline") + changes("cluster"); n != 0 {
+		t.Errorf("%v epoch changes counted at start: the first read is not a change", n)
+	}
 	pay("T-e1", "O-e1")
 	waitKey("ne:" + epoch0 + ":{acme:T-e1:PAY_SUCCESS}")
 
@@ -94,4 +100,20 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 	})
 	pay("T-e2", "O-e2")
 	waitKey("ne:" + got.Epoch + ":{acme:T-e2:PAY_SUCCESS}")
+	if c, tl, cl := changes("counter"), changes("timeline"), changes("cluster"); c != 1 || tl != 0 || cl != 0 {
+		t.Errorf("epoch changes counted: counter %v, timeline %v, cluster %v; want the bump once, as counter", c, tl, cl)
+	}
+}
+
+func TestEpochCause(t *testing.T) {
+	for _, c := range []struct{ from, to, want string }{
+		{"7341-1-0", "7341-1-1733480000000000", epochCauseCounter},
+		{"7341-1-0", "7341-2-0", epochCauseTimeline},
+		{"7341-1-0", "9999-1-0", epochCauseCluster},
+		{"7341-1-0", "garbled", epochCauseCluster},
+	} {
+		if got := epochCause(c.from, c.to); got != c.want {
+			t.Errorf("epochCause(%q, %q) = %q, want %q", c.from, c.to, got, c.want)
+		}
+	}
 }

@@ -292,6 +292,10 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 		return err
 	}
 	m.redis = client
+	watch, err := newEpochWatch(metrics.Registry, m.Logger)
+	if err != nil {
+		return err
+	}
 	m.cache, err = claimcache.New(claimcache.Config{
 		Client:     client,
 		PendingTTL: cfg.Budget,
@@ -304,7 +308,7 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 		// restored or promoted database, or one an operator repaired and
 		// bumped the epoch of, is never answered for by entries of its past.
 		Epoch:   m.cacheEpoch,
-		OnEpoch: func(e string) { m.Logger.Info("cache epoch", "epoch", e) },
+		OnEpoch: watch.seen,
 		OnError: func(err error) {
 			if !logEpochError(m.Logger, err) {
 				metrics.CacheErrors.Inc()

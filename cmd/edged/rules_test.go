@@ -63,6 +63,7 @@ var contractMetrics = []struct {
 	{name: "notifyedge_reconcile_total"},
 	{name: "notifyedge_reconcile_due"},
 	{name: "notifyedge_reconcile_oldest_due_seconds"},
+	{name: "notifyedge_cache_epoch_changes_total"},
 	{name: "notifyedge_bill_runs_total"},
 	{name: "notifyedge_bill_items"},
 	{name: "notifyedge_bill_last_ok_seconds"},
@@ -182,6 +183,9 @@ func TestAlertRulesMetricsExported(t *testing.T) {
 		t.Fatal(err)
 	}
 	bm.channels([]string{"wx"})
+	if _, err := newEpochWatch(m.Registry, slog.Default()); err != nil {
+		t.Fatal(err)
+	}
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
