@@ -142,6 +142,10 @@ bench-compare: deps
 bench-scale: deps deps-haproxy build
 	$(GO) run ./cmd/edgebench scale -edged bin/edged -shipper bin/shipper
 
+## bench-grown: first deliveries and hot duplicates on empty tables, then on a week of traffic (34.6M claims, 5M orders, 22.8M outbox rows, a day of cache entries), then retention deleting the day past it under load (about an hour)
+bench-grown: deps
+	$(GO) run ./cmd/edgebench run -scenario 'first,hotdup (cache on),grown' -out bench/results
+
 ## bench-bills: a daily statement of 100,000 and of 1,000,000 rows fetched, parsed and compared by edged: time and edged's peak memory
 bench-bills: deps build
 	$(GO) run ./cmd/edgebench bills -edged bin/edged -rows $(or $(ROWS),100000,1000000)
@@ -204,4 +208,4 @@ lint:
 		echo "cmd/forwarder links a Postgres client: see 'go list -deps ./cmd/forwarder'"; exit 1; \
 	fi; echo "forwarder links no Postgres client: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale bench-compare bench-bills fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale bench-compare bench-grown bench-bills fuzz test-race bench lint

@@ -192,7 +192,8 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 			return r, fmt.Errorf("redis: %w", err)
 		}
 		*stops = append(*stops, func() { client.Close() })
-		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: spec.Budget, LocalEntries: 100_000}); err != nil {
+		// The epoch as edged reads it: its keys, and their size, are edged's.
+		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: spec.Budget, LocalEntries: 100_000, Epoch: store.CacheEpoch}); err != nil {
 			return r, fmt.Errorf("cache: %w", err)
 		}
 	}

@@ -113,6 +113,8 @@ type Report struct {
 	Plots            []string `json:"plots,omitempty"`
 	// Retention is the retention rows' figures (when they ran).
 	Retention *RetentionFigures `json:"retention,omitempty"`
+	// Grown is the grown rows' figures (when they ran).
+	Grown *GrownFigures `json:"grown,omitempty"`
 }
 
 // ErrInvariant marks a run in which the database broke an invariant.
@@ -135,8 +137,14 @@ type env struct {
 	rssPeak float64             // the bench process's, in MiB
 	servers map[endpoint]string // the ceilings' in-process servers
 	closers []func()
-	// retention is the retention rows' shared state (nil until they run).
-	retention *retentionRun
+	// retention is the current pair of retention rows' shared state (nil
+	// until one runs); retentions every pair that ran.
+	retention  *retentionRun
+	retentions []*retentionRun
+	// grown is the grown rows' state (nil until they run).
+	grown *grownRun
+	// rep is the run's report, for a setup that runs a row it needs.
+	rep *Report
 	// stats reads the cache Redis's command counters (Config.Breakdown).
 	stats redis.UniversalClient
 }
@@ -164,6 +172,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		sc := StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second, StreamRedis: cfg.StreamRedis}
 		if cfg.Breakdown {
 			sc.PostgresSettings = breakdownSettings
+		}
+		if e.optedIn(grownFirst) && !cfg.Quick {
+			sc.PostgresSettings = append(sc.PostgresSettings, grownSettings...)
 		}
 		st, err := StartStack(ctx, sc)
 		if err != nil {
@@ -198,9 +209,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	e.cpu = e.probe(ctx)
 	rep.When, rep.Machine, rep.Duration = time.Now().UTC(), machine(), cfg.Duration.String()
 
-	for _, s := range scenarios {
+	e.rep = rep
+	all := scenarios
+	if e.optedIn(grownFirst) {
+		all = append(all[:len(all):len(all)], grownScenarios...)
+	}
+	for _, s := range all {
 		if err := e.attack(ctx, rep, s, true); err != nil {
-			rep.Retention = e.retentionFigures(rep) // what the retention rows found, if they failed
+			rep.Retention, rep.Grown = e.retentionFigures(rep, retentionBefore), e.grownFigures(rep) // what the retention rows found, if they failed
 			return rep, err
 		}
 	}
@@ -221,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	rep.Retention = e.retentionFigures(rep)
+	rep.Retention, rep.Grown = e.retentionFigures(rep, retentionBefore), e.grownFigures(rep)
 	rep.RSSMiB = e.rssPeak
 	if e.st != nil {
 		rep.EdgeRSSMiB = peakRSSMiB(e.st.edge.pid())
@@ -245,6 +261,11 @@ func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool)
 	if !e.wanted(s.name) || (e.st == nil && (s.ownStack || s.to.ownOnly())) {
 		return nil
 	}
+	return e.row(ctx, rep, s, checked)
+}
+
+// row runs one row, whether or not the run selected it (attack).
+func (e *env) row(ctx context.Context, rep *Report, s scenario, checked bool) error {
 	url, err := e.url(s.to)
 	if err != nil {
 		return err
@@ -324,6 +345,12 @@ func (e *env) wanted(name string) bool {
 		}
 	}
 	return false
+}
+
+// optedIn reports whether -scenario names an opt-in row: one a run
+// without -scenario leaves out.
+func (e *env) optedIn(name string) bool {
+	return len(e.cfg.Scenarios) > 0 && e.wanted(name)
 }
 
 // probe finds the processes whose CPU the rows report: all of them on our

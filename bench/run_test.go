@@ -247,3 +247,50 @@ func TestWantedByPrefix(t *testing.T) {
 		t.Error("no -scenario: every row is wanted")
 	}
 }
+
+// The grown rows at a smoke size, selected as `make bench-grown` selects
+// them: the empty rows they are compared with run first although not
+// selected; the week is seeded with every index built again; the cache's
+// Redis gets a day of entries; retention deletes the day past it.
+func TestBenchGrownQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load")
+	}
+	rep, err := Run(context.Background(), Config{Quick: true, Workers: 8, Scenarios: []string{"grown"}})
+	if rep != nil {
+		t.Log("\n" + rep.Table())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rep.Grown
+	if g == nil {
+		t.Fatal("no grown figures")
+	}
+	w := grownSize(true)
+	if got, want := g.Rows["notify_claim"], int64(w.PerDay*w.Days); got != want {
+		t.Errorf("seeded %d claims, want %d", got, want)
+	}
+	if g.Sizes[0].Table != "notify_claim" || g.Sizes[0].Rows < int64(w.PerDay*w.Days) {
+		t.Errorf("sizes after seeding %+v: the claims are not all there", g.Sizes[0])
+	}
+	if len(g.Compare) != 3 {
+		t.Errorf("compared %d rows, want first, hotdup and first at 80%%: %+v", len(g.Compare), g.Compare)
+	}
+	for _, c := range g.Compare {
+		if c.ReqPerSec[0] <= 0 || c.ReqPerSec[1] <= 0 {
+			t.Errorf("%s: req/s %v", c.Empty, c.ReqPerSec)
+		}
+	}
+	if r := g.Redis; r.Entries != int64(w.CachePerDay) || r.PerEntry <= 0 || r.MemoryUsage <= int64(r.KeyBytes+r.ValueBytes) || r.MemoryUsagePending <= 0 {
+		t.Errorf("redis sizing %+v", r)
+	}
+	if g.Retention == nil || g.Retention.DeleteSeconds <= 0 || len(g.SizesAfter) == 0 {
+		t.Errorf("grown retention: %+v, sizes after %+v", g.Retention, g.SizesAfter)
+	}
+	for _, name := range []string{"first", grownFirst, grownHotdup, grownFirstAt, grownRetentionOff, grownRetentionOn} {
+		if rep.find(name) == nil {
+			t.Errorf("no row %q", name)
+		}
+	}
+}

@@ -45,6 +45,19 @@ func (r *Report) Ratios() []Ratio {
 		// Latency, not throughput: the retention rows run at one rate.
 		out = append(out, Ratio{"retention: p99 while deleting / p99 without", r.Retention.Ratio, "<= 1.2"})
 	}
+	if g := r.Grown; g != nil {
+		for _, c := range g.Compare {
+			if c.Postgres[0] > 0 && c.Empty == "first" {
+				out = append(out, Ratio{"grown / empty: Postgres CPU per first delivery", c.Postgres[1] / c.Postgres[0], "<= 1.3"})
+			}
+			if c.ReqPerSec[0] > 0 && c.Empty == "hotdup (cache on)" {
+				out = append(out, Ratio{"grown / empty: hot duplicates a second", c.ReqPerSec[1] / c.ReqPerSec[0], "unchanged"})
+			}
+		}
+		if g.Retention != nil {
+			out = append(out, Ratio{"grown retention: p99 while deleting the day / p99 without", g.Retention.Ratio, "<= 1.5"})
+		}
+	}
 	return out
 }
 
@@ -129,6 +142,9 @@ func (r *Report) Table() string {
 		fmt.Fprintf(&b, "cache Redis after the scenarios: %.0f bytes of used_memory per key (stream and baseline included)\n", r.RedisBytesPerKey)
 	}
 	if f := r.Retention; f != nil {
+		b.WriteString(f.table())
+	}
+	if f := r.Grown; f != nil {
 		b.WriteString(f.table())
 	}
 	return b.String()
