@@ -146,6 +146,10 @@ bench-scale: deps deps-haproxy build
 bench-grown: deps
 	$(GO) run ./cmd/edgebench run -scenario 'first,hotdup (cache on),grown' -out bench/results
 
+## bench-soak: an hour at half the peak of first deliveries through edged, the shipper and the forwarder, retention deleting as fast as callbacks insert: latency and memory over time (DURATION=1h)
+bench-soak: deps build
+	$(GO) run ./cmd/edgebench soak -edged bin/edged -shipper bin/shipper -forwarder bin/forwarder -duration $(or $(DURATION),1h)
+
 ## bench-bills: a daily statement of 100,000 and of 1,000,000 rows fetched, parsed and compared by edged: time and edged's peak memory
 bench-bills: deps build
 	$(GO) run ./cmd/edgebench bills -edged bin/edged -rows $(or $(ROWS),100000,1000000)
@@ -208,4 +212,4 @@ lint:
 		echo "cmd/forwarder links a Postgres client: see 'go list -deps ./cmd/forwarder'"; exit 1; \
 	fi; echo "forwarder links no Postgres client: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale bench-compare bench-grown bench-bills fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale bench-compare bench-grown bench-soak bench-bills fuzz test-race bench lint

@@ -57,13 +57,12 @@ var grownSettings = []string{
 type grownWeek struct {
 	PerDay int `json:"claims_per_day"`
 	Days   int `json:"days"`
-	// Orders are biz_order rows in every state; OutboxPerClaim published
-	// outbox rows per claim; RefundedPct the share of orders refunded
-	// (one trade_refund row each); ClaimsPerReview claims per review row
-	// (nine in ten resolved).
+	// Orders are biz_order rows in every state (refundedPct of them
+	// refunded, one trade_refund row each); OutboxPerClaim published
+	// outbox rows per claim; ClaimsPerReview claims per review row (nine
+	// in ten resolved).
 	Orders          int     `json:"orders"`
 	OutboxPerClaim  float64 `json:"outbox_per_claim"`
-	RefundedPct     int     `json:"refunded_pct"`
 	ClaimsPerReview int     `json:"claims_per_review"`
 	// CachePerDay is how many done entries the cache's Redis gets: a day
 	// at the same rate (the result TTL is 24 h).
@@ -74,10 +73,10 @@ type grownWeek struct {
 // million claims kept, 4.3 million a day), or a smoke test's.
 func grownSize(quick bool) grownWeek {
 	if quick {
-		return grownWeek{PerDay: 1_000, Days: 8, Orders: 2_000, OutboxPerClaim: 0.66, RefundedPct: 6, ClaimsPerReview: 2_000, CachePerDay: 1_000}
+		return grownWeek{PerDay: 1_000, Days: 8, Orders: 2_000, OutboxPerClaim: 0.66, ClaimsPerReview: 2_000, CachePerDay: 1_000}
 	}
 	const perDay = 50 * 86_400
-	return grownWeek{PerDay: perDay, Days: 8, Orders: 5_000_000, OutboxPerClaim: 0.66, RefundedPct: 6, ClaimsPerReview: 2_000, CachePerDay: perDay}
+	return grownWeek{PerDay: perDay, Days: 8, Orders: 5_000_000, OutboxPerClaim: 0.66, ClaimsPerReview: 2_000, CachePerDay: perDay}
 }
 
 // GrownFigures are the grown rows' figures beside the run's empty rows.
@@ -168,7 +167,7 @@ func seedGrown(ctx context.Context, e *env) error {
 	w := grownSize(e.cfg.Quick)
 	g := &grownRun{figures: GrownFigures{Week: w, Rows: map[string]int64{}, Seconds: map[string]float64{}, LoadAvgBefore: loadAvg()}}
 	e.grown = g
-	if err := seedWeek(ctx, e.db, w, &g.figures, e.say); err != nil {
+	if err := seedWeek(ctx, e.db, w.plan(), g.figures.Rows, g.figures.Seconds, e.say); err != nil {
 		return err
 	}
 	sizes, err := tableSizes(ctx, e.db)

@@ -77,7 +77,9 @@ type RetentionFigures struct {
 	// right after the backlog was deleted.
 	AgesReadMillis  float64 `json:"oldest_row_ages_read_ms"`
 	DeletedInAttack int64   `json:"deleted_during_attack"`
-	Batches         int64   `json:"batches"`
+	// Deleted is what the leader's first cycle deleted, by table.
+	Deleted map[string]int64 `json:"deleted_by_table"`
+	Batches int64            `json:"batches"`
 	// CallbackLockWaits are the log's "still waiting for" lines of callback
 	// sessions (any fails the run); OtherLockWaits those of the others
 	// (retention's own included).
@@ -112,6 +114,7 @@ type retentionRun struct {
 	batches   atomic.Int64
 	mu        sync.Mutex
 	errs      []string
+	deletedBy map[string]int64 // in the first cycle (under mu)
 	// cycled closes when the leader's first cycle ended, at cycleEnd.
 	cycled   chan struct{}
 	cycleEnd time.Time
@@ -200,6 +203,14 @@ func startRetention(ctx context.Context, e *env) error {
 	r.figures.SecondAttackAt = r.start.Sub(r.attacked).Seconds()
 	cfg := durable.RetentionConfig{
 		OnDeleted: func(table string, n int64) {
+			r.mu.Lock()
+			if r.deletedBy == nil {
+				r.deletedBy = map[string]int64{}
+			}
+			if r.cycleEnd.IsZero() {
+				r.deletedBy[table] += n
+			}
+			r.mu.Unlock()
 			if table == durable.TableClaim {
 				r.batches.Add(1)
 				if r.attackEnd.Load() == 0 {
@@ -208,7 +219,12 @@ func startRetention(ctx context.Context, e *env) error {
 			}
 		},
 		OnCycle: func(durable.RetentionCycle) {
-			once.Do(func() { r.cycleEnd = time.Now(); close(r.cycled) })
+			once.Do(func() {
+				r.mu.Lock()
+				r.cycleEnd = time.Now()
+				r.mu.Unlock()
+				close(r.cycled)
+			})
 		},
 		OnError: func(err error) {
 			r.mu.Lock()
@@ -295,7 +311,9 @@ func finishRetention(ctx context.Context, e *env) error {
 	}
 	f.DeleteSeconds = ended.Sub(r.start).Seconds()
 	f.DeletedInAttack, f.Batches = r.deleted.Load(), r.batches.Load()
-	f.Errors = r.errs
+	r.mu.Lock()
+	f.Errors, f.Deleted = r.errs, r.deletedBy
+	r.mu.Unlock()
 	errs := []error{walErr}
 	if ended.IsZero() {
 		errs = append(errs, fmt.Errorf("retention: the backlog was not deleted within %s", time.Since(r.start).Round(time.Second)))
@@ -396,8 +414,8 @@ func (f *RetentionFigures) table() string {
 		f.Backlog, f.SeedSeconds, f.LoadAvgBefore, f.LoadAvgAfter)
 	fmt.Fprintf(&b, "  first deliveries at half the \"first\" peak (%.0f req/s): p99 %.2f ms without retention, %.2f ms while it deletes: ratio %.2f (target <= 1.2)\n",
 		f.FirstPeak, f.P99Without, f.P99With, f.Ratio)
-	fmt.Fprintf(&b, "  backlog deleted in %.1f s (%d batches; %d rows during the attack, which began %+.1f s after the first)\n",
-		f.DeleteSeconds, f.Batches, f.DeletedInAttack, f.SecondAttackAt)
+	fmt.Fprintf(&b, "  backlog deleted in %.1f s (%d batches; %d rows during the attack, which began %+.1f s after the first); the first cycle deleted %v\n",
+		f.DeleteSeconds, f.Batches, f.DeletedInAttack, f.SecondAttackAt, f.Deleted)
 	fmt.Fprintf(&b, "  WAL written: %.1f MiB/s without retention, %.1f MiB/s while it deletes (vacuum included)\n", f.WALWithout, f.WALWith)
 	fmt.Fprintf(&b, "  notifyedge_oldest_row_age_seconds read in %.1f ms right after\n", f.AgesReadMillis)
 	fmt.Fprintf(&b, "  lock waits over 50 ms in the Postgres log: %d by callbacks, %d by others\n", len(f.CallbackLockWaits), len(f.OtherLockWaits))

@@ -286,7 +286,12 @@ func TestBenchGrownQuick(t *testing.T) {
 		t.Errorf("redis sizing %+v", r)
 	}
 	if g.Retention == nil || g.Retention.DeleteSeconds <= 0 || len(g.SizesAfter) == 0 {
-		t.Errorf("grown retention: %+v, sizes after %+v", g.Retention, g.SizesAfter)
+		t.Fatalf("grown retention: %+v, sizes after %+v", g.Retention, g.SizesAfter)
+	}
+	// The day past retention: a claim and two thirds of an outbox row for
+	// each of its first deliveries.
+	if d := g.Retention.Deleted; d["notify_claim"] < int64(w.PerDay) || d["outbox"] < int64(float64(w.PerDay)*w.OutboxPerClaim)-1 {
+		t.Errorf("the first cycle deleted %v, want the day's %d claims and its outbox rows", d, w.PerDay)
 	}
 	for _, name := range []string{"first", grownFirst, grownHotdup, grownFirstAt, grownRetentionOff, grownRetentionOn} {
 		if rep.find(name) == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/claimcache"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // Seeding a week of traffic fast: each table's indexes and unique
@@ -27,6 +28,10 @@ import (
 // pays for the seeding's dirty pages or its autovacuum. The seeded keys,
 // orders and trades are of no channel the stack serves and no order of
 // the run's prefix: the invariants never see them.
+
+// refundedPct is the share of seeded orders refunded (the orders SQL's
+// states), each with one trade_refund row.
+const refundedPct = 6
 
 // seedChunk is how many rows one INSERT writes.
 const seedChunk = 2_000_000
@@ -40,14 +45,36 @@ var seedSession = []string{
 	`SET synchronous_commit = off`,
 }
 
-// seedWeek seeds w into db, recording row counts and phase times in f.
-func seedWeek(ctx context.Context, db *pgxpool.Pool, w grownWeek, f *GrownFigures, say func(string, ...any)) error {
+// seedPlan is what one seeding writes: row counts by table, their
+// created_at spread evenly over Span ending EndAgo before now, oldest
+// first. Claims, outbox and review rows name orders among the first
+// Orders of the seeded ones (at least 1).
+type seedPlan struct {
+	Claims, Orders, Outbox, Reviews int64
+	Span, EndAgo                    time.Duration
+}
+
+// plan is the week's seedPlan.
+func (w grownWeek) plan() seedPlan {
 	claims := int64(w.PerDay) * int64(w.Days)
-	outbox := int64(float64(claims) * w.OutboxPerClaim)
-	refunds := int64(w.Orders) * int64(w.RefundedPct) / 100
-	reviews := claims / int64(w.ClaimsPerReview)
-	span := time.Duration(w.Days) * 24 * time.Hour
-	counts := map[string]int64{"notify_claim": claims, "biz_order": int64(w.Orders), "outbox": outbox, "trade_refund": refunds, "notify_review": reviews}
+	return seedPlan{Claims: claims, Orders: int64(w.Orders), Outbox: int64(float64(claims) * w.OutboxPerClaim),
+		Reviews: claims / int64(w.ClaimsPerReview), Span: time.Duration(w.Days) * 24 * time.Hour}
+}
+
+// seedWeek seeds p into db, recording the rows written by table and the
+// seconds each phase took ("rows", "indexes", "vacuum", "checkpoint").
+func seedWeek(ctx context.Context, db *pgxpool.Pool, p seedPlan, rows map[string]int64, seconds map[string]float64, say func(string, ...any)) error {
+	claims, outbox, reviews, span := p.Claims, p.Outbox, p.Reviews, p.Span
+	orders := max(p.Orders, 1)
+	refunds := p.Orders * refundedPct / 100
+	counts := map[string]int64{"notify_claim": claims, "biz_order": p.Orders, "outbox": outbox, "trade_refund": refunds, "notify_review": reviews}
+	// Rows already in the outbox (the run's own, published) move behind
+	// the seeded ones, which are older: ids ascend with publish time, as
+	// retention's walk of the outbox expects.
+	moveFrom, err := count(ctx, db, `SELECT coalesce(max(id), 0) FROM outbox`)
+	if err != nil {
+		return err
+	}
 	var saved []savedIndexes
 	for _, t := range grownTables {
 		s, err := dropIndexes(ctx, db, t)
@@ -56,14 +83,16 @@ func seedWeek(ctx context.Context, db *pgxpool.Pool, w grownWeek, f *GrownFigure
 		}
 		saved = append(saved, s)
 	}
-	say("grown: seeding %d claims, %d orders, %d outbox rows, %d refunds, %d review rows over %s ...", claims, w.Orders, outbox, refunds, reviews, span)
+	say("seed: %d claims, %d orders, %d outbox rows, %d refunds, %d review rows over %s ...", claims, p.Orders, outbox, refunds, reviews, span)
 	start := time.Now()
 	var done atomic.Int64
 	progress := func(n int64) {
 		total := done.Add(n)
-		say("grown: %d of %d rows (%.0f s)", total, claims+outbox+int64(w.Orders)+refunds+reviews, time.Since(start).Seconds())
+		say("seed: %d of %d rows (%.0f s)", total, claims+outbox+p.Orders+refunds+reviews, time.Since(start).Seconds())
 	}
-	args := func(lo, hi int64, n int64) []any { return []any{lo, hi, n, span.Microseconds(), w.Orders} }
+	args := func(lo, hi int64, n int64) []any {
+		return []any{lo, hi, n, span.Microseconds(), orders, p.EndAgo.Microseconds()}
+	}
 	chunked := func(sql string, n int64) func() error {
 		return func() error {
 			return withSeedConn(ctx, db, func(c *pgx.Conn) error {
@@ -79,13 +108,13 @@ func seedWeek(ctx context.Context, db *pgxpool.Pool, w grownWeek, f *GrownFigure
 		}
 	}
 	// Claims on one session; everything else on the other.
-	err := parallel(2, []func() error{
+	err = parallel(2, []func() error{
 		chunked(seedClaimsSQL, claims),
 		func() error {
 			for _, step := range []struct {
 				sql string
 				n   int64
-			}{{seedOrdersSQL, int64(w.Orders)}, {seedOutboxSQL, outbox}, {seedRefundsSQL, int64(w.Orders)}, {seedReviewsSQL, reviews}} {
+			}{{seedOrdersSQL, p.Orders}, {seedOutboxSQL, outbox}, {seedRefundsSQL, p.Orders}, {seedReviewsSQL, reviews}} {
 				if err := chunked(step.sql, step.n)(); err != nil {
 					return err
 				}
@@ -96,12 +125,14 @@ func seedWeek(ctx context.Context, db *pgxpool.Pool, w grownWeek, f *GrownFigure
 	if err != nil {
 		return err
 	}
-	f.Seconds["rows"] = time.Since(start).Seconds()
-	for t, n := range counts {
-		f.Rows[t] = n
+	if err := moveOutbox(ctx, db, moveFrom); err != nil {
+		return err
 	}
-	f.Rows["trade_refund"] = refunds
-	say("grown: rows in %.0f s; building the indexes again ...", f.Seconds["rows"])
+	seconds["rows"] = time.Since(start).Seconds()
+	for t, n := range counts {
+		rows[t] = n
+	}
+	say("seed: rows in %.0f s; building the indexes again ...", seconds["rows"])
 	start = time.Now()
 	var builds []func() error
 	for _, s := range saved {
@@ -111,7 +142,7 @@ func seedWeek(ctx context.Context, db *pgxpool.Pool, w grownWeek, f *GrownFigure
 					if _, err := c.Exec(ctx, q); err != nil {
 						return fmt.Errorf("seed: %s: %w", q, err)
 					}
-					say("grown: %s (%.0f s)", q, time.Since(start).Seconds())
+					say("seed: %s (%.0f s)", q, time.Since(start).Seconds())
 					return nil
 				})
 			})
@@ -125,7 +156,7 @@ func seedWeek(ctx context.Context, db *pgxpool.Pool, w grownWeek, f *GrownFigure
 			return err
 		}
 	}
-	f.Seconds["indexes"] = time.Since(start).Seconds()
+	seconds["indexes"] = time.Since(start).Seconds()
 	start = time.Now()
 	var vacuums []func() error
 	for _, t := range grownTables {
@@ -141,18 +172,19 @@ func seedWeek(ctx context.Context, db *pgxpool.Pool, w grownWeek, f *GrownFigure
 	if err := parallel(2, vacuums); err != nil {
 		return err
 	}
-	f.Seconds["vacuum"] = time.Since(start).Seconds()
+	seconds["vacuum"] = time.Since(start).Seconds()
 	start = time.Now()
 	if _, err := db.Exec(ctx, `CHECKPOINT`); err != nil {
 		return fmt.Errorf("seed: checkpoint: %w", err)
 	}
-	f.Seconds["checkpoint"] = time.Since(start).Seconds()
-	say("grown: seeded; vacuumed in %.0f s, checkpointed in %.0f s", f.Seconds["vacuum"], f.Seconds["checkpoint"])
+	seconds["checkpoint"] = time.Since(start).Seconds()
+	say("seed: done; vacuumed in %.0f s, checkpointed in %.0f s", seconds["vacuum"], seconds["checkpoint"])
 	return nil
 }
 
-// The seeding's statements. Each writes the rows lo..hi-1 of n, spread
-// over the span ($4, µs) ending now, oldest first; $5 is the order count.
+// The seeding's statements. Each writes the rows lo..hi-1 of n ($1, $2,
+// $3), spread over the span ($4, µs) ending $6 µs before now, oldest
+// first; $5 is how many orders the rows name.
 // Keys look like the channels' own: WeChat Pay's 28-digit transaction ids
 // and Alipay's trade numbers, each with the day in it, three in five of
 // them WeChat's; nineteen in twenty claims are payments, the rest refunds
@@ -167,7 +199,7 @@ SELECT k.channel || ':' || k.id || ':' || k.ev, 'GW' || lpad(((g * 7919) % $5)::
             ELSE '{"http":200,"code":"SUCCESS","outcome":"skipped","status":"SHIPPED"}' END,
        k.at
   FROM generate_series($1::bigint, $2::bigint - 1) g,
-       LATERAL (SELECT now() - $4::bigint * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) t,
+       LATERAL (SELECT now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) t,
        LATERAL (SELECT CASE WHEN g % 5 < 3 THEN 'wechatpay' ELSE 'alipay' END AS channel,
                        CASE WHEN g % 20 = 19 THEN 'PAY_CLOSED' WHEN g % 20 = 18 THEN 'REFUND_SUCCESS' ELSE 'PAY_SUCCESS' END AS ev) c,
        LATERAL (SELECT c.channel, c.ev, CASE
@@ -186,7 +218,7 @@ SELECT 'GW' || lpad(g::text, 10, '0'), s.status, 100 + (g * 37) % 50000, 'CNY', 
   FROM generate_series($1::bigint, $2::bigint - 1) g,
        LATERAL (SELECT CASE WHEN g % 100 < 8 THEN 'PENDING_PAY' WHEN g % 100 < 18 THEN 'PAID' WHEN g % 100 < 85 THEN 'SHIPPED'
                             WHEN g % 100 < 94 THEN 'CLOSED' ELSE 'REFUNDED' END AS status,
-                       now() - $4::bigint * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) s
+                       now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) s
  WHERE $5::int > 0`
 
 	seedOutboxSQL = `INSERT INTO outbox (topic, order_no, payload, created_at, published_at)
@@ -196,17 +228,17 @@ SELECT p.topic, o.no,
        o.at, o.at + interval '30 milliseconds'
   FROM generate_series($1::bigint, $2::bigint - 1) g,
        LATERAL (SELECT 'GW' || lpad(((g * 7919) % $5)::text, 10, '0') AS no,
-                       now() - $4::bigint * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) o,
+                       now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) o,
        LATERAL (SELECT CASE WHEN g % 20 < 17 THEN 'ORDER_PAID' WHEN g % 20 = 17 THEN 'ORDER_CLOSED' WHEN g % 20 = 18 THEN 'ORDER_REFUNDED' ELSE 'ORDER_PARTIALLY_REFUNDED' END AS topic,
                        CASE WHEN g % 20 < 17 THEN 'PAY_SUCCESS' WHEN g % 20 = 17 THEN 'PAY_CLOSED' ELSE 'REFUND_SUCCESS' END AS ev,
                        CASE WHEN g % 20 < 18 THEN 'PENDING_PAY' ELSE 'SHIPPED' END AS "from",
                        CASE WHEN g % 20 < 17 THEN 'PAID' WHEN g % 20 = 17 THEN 'CLOSED' WHEN g % 20 = 18 THEN 'REFUNDED' ELSE 'SHIPPED' END AS "to") p`
 
-	// One refund a refunded order (orders whose g % 100 >= 94), by trade
+	// One refund a refunded order (orders whose g % 100 >= 94: refundedPct), by trade
 	// and refund id; written for the orders lo..hi-1.
 	seedRefundsSQL = `INSERT INTO trade_refund (trade, refund_id, order_no, amount, created_at)
 SELECT 'T' || g, 'R' || g, 'GW' || lpad(g::text, 10, '0'), 100 + (g * 37) % 50000,
-       now() - $4::bigint * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond'
+       now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond'
   FROM generate_series($1::bigint, $2::bigint - 1) g
  WHERE g % 100 >= 94 AND $5::int > 0`
 
@@ -220,8 +252,33 @@ SELECT 'wechatpay:42000' || lpad(g::text, 23, '0') || ':PAY_SUCCESS', 'GW' || lp
        r.at, CASE WHEN g % 10 <> 0 THEN r.at + interval '1 hour' END,
        CASE WHEN g % 10 <> 0 THEN 'refunded the second payment' END, CASE WHEN g % 10 <> 0 THEN 'ops' END
   FROM generate_series($1::bigint, $2::bigint - 1) g,
-       LATERAL (SELECT now() - $4::bigint * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) r`
+       LATERAL (SELECT now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) r`
 )
+
+// moveOutbox moves the outbox rows up to id last to new ids, after every
+// other row: same content, event id included. It waits for the relay to
+// have published them (an idle edge's take well under a second).
+func moveOutbox(ctx context.Context, db *pgxpool.Pool, last int) error {
+	if last == 0 {
+		return nil
+	}
+	if !wait.Within(30*time.Second, func() bool {
+		n, err := count(ctx, db, `SELECT count(*) FROM outbox WHERE id <= $1 AND published_at IS NULL`, last)
+		return err == nil && n == 0
+	}) {
+		return errors.New("seed: the outbox's rows were not all published within 30 s")
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (topic, order_no, payload, created_at, published_at, event_id)
+SELECT topic, order_no, payload, created_at, published_at, event_id FROM outbox WHERE id <= $1 ORDER BY id`, last); err != nil {
+			return fmt.Errorf("seed: move the outbox's rows: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE id <= $1`, last); err != nil {
+			return fmt.Errorf("seed: move the outbox's rows: %w", err)
+		}
+		return nil
+	})
+}
 
 // savedIndexes are a table's indexes and unique constraints, dropped for
 // the seeding, and the statements that make them again.

@@ -10,6 +10,9 @@
 //	edgebench scale -edged bin/edged -shipper bin/shipper
 //	                                            three edged behind haproxy, a Redis Cluster, a synchronous
 //	                                            standby; kills a node, a Redis master and the primary
+//	edgebench soak -edged bin/edged -shipper bin/shipper -forwarder bin/forwarder [-duration 1h]
+//	                                            an hour at half the peak with retention and the relay
+//	                                            running: latency and memory over time
 package main
 
 import (
@@ -49,8 +52,12 @@ func main() {
 		scale(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "soak" {
+		soak(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale [flags]")
+		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale|soak [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("edgebench demo", flag.ExitOnError)
@@ -137,6 +144,32 @@ func scale(args []string) {
 	defer stop()
 	rep, err := bench.RunScale(ctx, bench.ScaleConfig{Edged: *edged, Shipper: *shipper, Workers: *workers,
 		Phase: *phase, Faults: *faults, Progress: os.Stderr})
+	if rep != nil {
+		fmt.Print(rep.Table())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+}
+
+// soak runs the soak (bench.RunSoak).
+func soak(args []string) {
+	fs := flag.NewFlagSet("edgebench soak", flag.ExitOnError)
+	var cfg bench.SoakConfig
+	fs.StringVar(&cfg.Edged, "edged", "bin/edged", "the edged binary")
+	fs.StringVar(&cfg.Shipper, "shipper", "bin/shipper", "the shipper binary")
+	fs.StringVar(&cfg.Forwarder, "forwarder", "bin/forwarder", "the forwarder binary")
+	fs.DurationVar(&cfg.Duration, "duration", time.Hour, "the soak's length")
+	fs.DurationVar(&cfg.Slice, "slice", time.Minute, "one attack's length: a point of the latency series")
+	fs.DurationVar(&cfg.Warmup, "warmup", 10*time.Minute, "resident memory must stay flat after this")
+	fs.Float64Var(&cfg.Share, "share", 0.5, "the rate, as a share of the closed-loop peak")
+	fs.StringVar(&cfg.Out, "out", "bench/results", "where the JSON and the plots go")
+	fs.Parse(args)
+	cfg.Progress = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.RunSoak(ctx, cfg)
 	if rep != nil {
 		fmt.Print(rep.Table())
 	}

@@ -1,0 +1,568 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
+	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/pgtemp"
+)
+
+// The soak: edged, the shipper and the forwarder as operators run them (the
+// built binaries; edged's leaders run the outbox relay and retention), at
+// half the closed-loop peak of first deliveries for an hour, over tables
+// where claims and outbox rows cross the 168 h retention at the rate
+// callbacks arrive, so that retention deletes as fast as callbacks insert,
+// as in any week after the first. Every Sample it reads the processes'
+// resident memory, the cache Redis's memory and the backlogs; every Slice
+// is one open-loop attack on orders of its own, whose latency is a point
+// of the series and whose answers the invariants check at the end.
+
+// SoakConfig configures RunSoak.
+type SoakConfig struct {
+	// Edged, Shipper and Forwarder are the binaries to run.
+	Edged, Shipper, Forwarder string
+	// Duration is the soak's length (default 1h), Slice one attack's
+	// (default 1m), Sample how often memory and backlogs are read
+	// (default 10s), Warmup after which resident memory must stay flat
+	// (default 10m).
+	Duration, Slice, Sample, Warmup time.Duration
+	// Share is the rate as a share of the closed-loop peak (default 0.5);
+	// Workers the closed-loop concurrency that measures it (default 64).
+	Share   float64
+	Workers int
+	// Quick is the smoke test's soak: seconds long, a small window seeded.
+	Quick bool
+	// Out, if set, receives the report's JSON and plots.
+	Out      string
+	Progress io.Writer
+}
+
+// SoakReport is what RunSoak measured.
+type SoakReport struct {
+	When          time.Time `json:"when"`
+	Machine       string    `json:"machine"`
+	LoadAvgBefore string    `json:"loadavg_before"`
+	LoadAvgAfter  string    `json:"loadavg_after"`
+	// Peak is the closed-loop req/s of first deliveries, Rate the soak's.
+	Peak float64 `json:"peak_req_per_sec"`
+	Rate int     `json:"rate"`
+	// Seeded are the rows seeded to cross the retention during the soak.
+	Seeded      map[string]int64   `json:"seeded_rows"`
+	SeedSeconds map[string]float64 `json:"seed_seconds"`
+	Slices      []SoakSlice        `json:"slices"`
+	Samples     []SoakSample       `json:"samples"`
+	// P99First and P99Last are the median of the slices' p99 over the
+	// first and the last tenth of the soak; P99Ratio Last over First
+	// (target at most 1.2).
+	P99First float64 `json:"p99_first_tenth_ms"`
+	P99Last  float64 `json:"p99_last_tenth_ms"`
+	P99Ratio float64 `json:"p99_ratio"`
+	// RSSGrowth is each process's resident memory at the end over its
+	// memory at Warmup (target at most 1.10).
+	RSSGrowth map[string]float64 `json:"rss_growth"`
+	// RedisPerKey is the cache Redis's used_memory growth over its key
+	// count's growth during the soak.
+	RedisPerKey float64 `json:"redis_bytes_per_key"`
+	// Deleted are retention's deletions by table (edged's counter).
+	Deleted map[string]float64 `json:"retention_deleted"`
+	// Forwarded is how many events the receiver took (2xx), Published
+	// how many outbox rows the soak's payments wrote.
+	Forwarded int64    `json:"forwarded"`
+	Published int64    `json:"published"`
+	Checks    []string `json:"checks"`
+	Plots     []string `json:"plots,omitempty"`
+}
+
+// SoakSlice is one attack's figures.
+type SoakSlice struct {
+	At        float64 `json:"at_s"`
+	Requests  int     `json:"requests"`
+	ReqPerSec float64 `json:"req_per_sec"`
+	P50       float64 `json:"p50_ms"`
+	P99       float64 `json:"p99_ms"`
+	Max       float64 `json:"max_ms"`
+	Non200    int     `json:"non_200"`
+}
+
+// SoakSample is one reading of memory and backlogs.
+type SoakSample struct {
+	At           float64 `json:"at_s"`
+	EdgedMiB     float64 `json:"edged_rss_mib"`
+	ShipperMiB   float64 `json:"shipper_rss_mib"`
+	ForwarderMiB float64 `json:"forwarder_rss_mib"`
+	RedisMiB     float64 `json:"redis_used_mib"`
+	RedisKeys    int64   `json:"redis_keys"`
+	Unpublished  int     `json:"outbox_unpublished"`
+	Deleted      float64 `json:"retention_deleted"`
+}
+
+// soakStack is the soak's processes and servers.
+type soakStack struct {
+	procs                      scaleStack // the directory the children log into
+	pg                         *pgtemp.Cluster
+	cache, stream              *claimcachetest.Server
+	edged, shipper, forwarder  *scaleProc
+	db                         *pgxpool.Pool
+	tg                         *Target
+	received                   atomic.Int64
+	receiver                   net.Listener
+	edgedAdmin, forwarderAdmin string
+	edgedBin                   string
+	edgedArgs, edgedEnv        []string
+}
+
+func (c *SoakConfig) defaults() {
+	if c.Quick {
+		c.Duration, c.Slice, c.Sample, c.Warmup = cmpDur(c.Duration, 6*time.Second), cmpDur(c.Slice, 2*time.Second), cmpDur(c.Sample, time.Second), cmpDur(c.Warmup, 2*time.Second)
+	}
+	c.Duration, c.Slice, c.Sample, c.Warmup = cmpDur(c.Duration, time.Hour), cmpDur(c.Slice, time.Minute), cmpDur(c.Sample, 10*time.Second), cmpDur(c.Warmup, 10*time.Minute)
+	if c.Share == 0 {
+		c.Share = 0.5
+	}
+	if c.Workers == 0 {
+		c.Workers = 64
+	}
+}
+
+func cmpDur(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// RunSoak starts the stack, measures the peak, seeds the rows that will
+// cross the retention, soaks, and checks by SQL.
+func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
+	cfg.defaults()
+	rep := &SoakReport{When: time.Now().UTC(), Machine: machine(), LoadAvgBefore: loadAvg(),
+		Seeded: map[string]int64{}, SeedSeconds: map[string]float64{}, RSSGrowth: map[string]float64{}, Deleted: map[string]float64{}}
+	say := func(f string, a ...any) {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, f+"\n", a...)
+		}
+	}
+	st := &soakStack{}
+	defer st.close()
+	say("soak: starting Postgres (fsync on), two redis-servers, edged, the shipper, the forwarder and a receiver ...")
+	if err := st.start(ctx, cfg); err != nil {
+		return rep, err
+	}
+	stamp := time.Now().UTC().Format("150405")
+	peakPool := &pool{prefix: "P" + stamp, size: 400_000}
+	if cfg.Quick {
+		peakPool.size = 20_000
+	}
+	if _, err := pgtemp.SeedPending(ctx, st.tg.DBURL, peakPool.prefix+"-%07d", int(peakPool.size), 1999); err != nil {
+		return rep, err
+	}
+	peakFor := 10 * time.Second
+	if cfg.Quick {
+		peakFor = time.Second
+	}
+	lat := closedLoop(ctx, st.tg, st.tg.URL, cfg.Workers, peakFor, &firstSource{peakPool}, newTally(Channel), func(int64) {})
+	rep.Peak = float64(len(lat)) / peakFor.Seconds()
+	rep.Rate = max(int(rep.Peak*cfg.Share), 10)
+	say("soak: peak %.0f first deliveries a second; soaking at %d a second for %s", rep.Peak, rep.Rate, cfg.Duration)
+
+	slices := int((cfg.Duration + cfg.Slice - 1) / cfg.Slice)
+	pools := make([]*pool, slices)
+	perSlice := int(float64(rep.Rate)*cfg.Slice.Seconds()*1.3) + 1000
+	say("soak: seeding %d orders for each of %d slices ...", perSlice, slices)
+	for i := range pools {
+		pools[i] = &pool{prefix: fmt.Sprintf("S%s%03d", stamp, i), size: int64(perSlice)}
+		if _, err := pgtemp.SeedPending(ctx, st.tg.DBURL, pools[i].prefix+"-%07d", perSlice, 1999); err != nil {
+			return rep, err
+		}
+	}
+	// Rows that cross the claim and outbox retention during the soak at
+	// its own rate, the first of them lead after the seeding (the setup's
+	// minutes: no backlog waits at the start), the last after the soak.
+	lead, tail := 5*time.Minute, 5*time.Minute
+	if cfg.Quick {
+		lead, tail = 0, 2*time.Second
+	}
+	span := cfg.Duration + tail
+	n := int64(float64(rep.Rate) * span.Seconds())
+	plan := seedPlan{Claims: n, Outbox: n, Orders: 1000, Span: span, EndAgo: durable.DefaultClaimRetention - lead - span}
+	if err := seedWeek(ctx, st.db, plan, rep.Seeded, rep.SeedSeconds, say); err != nil {
+		return rep, err
+	}
+	// edged's retention sleeps a minute once nothing is old enough, as it
+	// found at start: restarted, its first cycle begins with the soak.
+	if err := st.restartEdged(ctx); err != nil {
+		return rep, err
+	}
+	retained := durable.DefaultClaimRetention + 2*tail
+	start := time.Now()
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		st.sample(sctx, start, cfg.Sample, rep)
+	}()
+	tallies := make([]*tally, slices)
+	for i := range slices {
+		if ctx.Err() != nil {
+			break
+		}
+		tallies[i] = newTally(Channel)
+		at := time.Since(start)
+		row := openLoop(ctx, st.tg, "soak", st.tg.URL, rep.Rate, min(cfg.Slice, cfg.Duration-at), &firstSource{pools[i]}, tallies[i], nil)
+		non200 := row.Errors
+		for code, c := range row.Codes {
+			if code != http.StatusOK {
+				non200 += c
+			}
+		}
+		rep.Slices = append(rep.Slices, SoakSlice{At: at.Seconds(), Requests: row.Requests, ReqPerSec: row.ReqPerSec,
+			P50: millis(row.Lat.P50), P99: millis(row.Lat.P99), Max: millis(row.Lat.Max), Non200: non200})
+		say("soak: %5.0f s  %6.0f req/s  p50 %6.2f ms  p99 %7.2f ms  max %7.2f ms  not 200: %d  edged %.0f MiB  redis %.0f MiB",
+			at.Seconds(), row.ReqPerSec, millis(row.Lat.P50), millis(row.Lat.P99), millis(row.Lat.Max), non200, rep.last().EdgedMiB, rep.last().RedisMiB)
+	}
+	stopSampling()
+	<-sampled
+	rep.LoadAvgAfter = loadAvg()
+	err := st.finish(ctx, rep, pools, tallies, retained)
+	rep.summarize(cfg)
+	if cfg.Out != "" {
+		if werr := writeSoak(cfg.Out, rep); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return rep, err
+}
+
+// start starts the stack.
+func (st *soakStack) start(ctx context.Context, cfg SoakConfig) error {
+	var err error
+	if st.procs.dir, err = os.MkdirTemp("", "nesoak-"); err != nil {
+		return err
+	}
+	settings := grownSettings
+	if cfg.Quick {
+		settings = nil
+	}
+	if st.pg, err = pgtemp.Start(ctx, pgtemp.Options{Durable: true, Settings: settings}); err != nil {
+		return err
+	}
+	dbURL := st.pg.URL("postgres")
+	if err := durable.Migrate(ctx, dbURL); err != nil {
+		return err
+	}
+	if st.db, err = pgxpool.New(ctx, dbURL); err != nil {
+		return fmt.Errorf("soak: database: %w", err)
+	}
+	if st.cache, err = claimcachetest.Start(); err != nil {
+		return err
+	}
+	if st.stream, err = claimcachetest.Start("--appendonly", "yes"); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	st.receiver = ln
+	go (&fasthttp.Server{Handler: func(c *fasthttp.RequestCtx) {
+		st.received.Add(1)
+		c.SetStatusCode(http.StatusNoContent)
+	}}).Serve(ln)
+	pub, adm, fadm := freeAddr(), freeAddr(), freeAddr()
+	st.edgedAdmin, st.forwarderAdmin = "http://"+adm, "http://"+fadm
+	streamURL := "redis://" + st.stream.Addr()
+	st.edgedBin, st.edgedArgs = cfg.Edged, []string{"-listen", pub, "-admin-listen", adm, "-drain-delay", "0s"}
+	st.edgedEnv = []string{"DATABASE_URL=" + dbURL, "REDIS_URL=redis://" + st.cache.Addr(), "EDGE_STREAM_URL=" + streamURL,
+		"EDGE_SECRET_" + strings.ToUpper(Channel) + "=" + Secret}
+	if err := st.startEdged(ctx); err != nil {
+		return err
+	}
+	if st.shipper, err = st.procs.startProc("shipper", cfg.Shipper, nil, []string{"DATABASE_URL=" + dbURL, "EDGE_STREAM_URL=" + streamURL}); err != nil {
+		return err
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	if st.forwarder, err = st.procs.startProc("forwarder", cfg.Forwarder, []string{"-admin-listen", fadm}, []string{
+		"EDGE_STREAM_URL=" + streamURL, "FORWARD_URL=http://" + ln.Addr().String() + "/events",
+		"FORWARD_SECRET=whsec_" + base64.StdEncoding.EncodeToString(secret)}); err != nil {
+		return err
+	}
+	if err := waitStatus(ctx, st.forwarderAdmin+"/healthz", 30*time.Second); err != nil {
+		return fmt.Errorf("forwarder: %w", err)
+	}
+	st.tg = &Target{URL: "http://" + pub, AdminURL: st.edgedAdmin, DBURL: dbURL, Secret: Secret, Channel: Channel}
+	return nil
+}
+
+// startEdged starts edged and waits until it is ready.
+func (st *soakStack) startEdged(ctx context.Context) error {
+	var err error
+	if st.edged, err = st.procs.startProc("edged", st.edgedBin, st.edgedArgs, st.edgedEnv); err != nil {
+		return err
+	}
+	if err := waitStatus(ctx, st.edgedAdmin+"/readyz", 60*time.Second); err != nil {
+		return fmt.Errorf("edged: %w", err)
+	}
+	return nil
+}
+
+// restartEdged kills edged (nothing is in flight) and starts it again.
+func (st *soakStack) restartEdged(ctx context.Context) error {
+	st.edged.kill()
+	return st.startEdged(ctx)
+}
+
+// sample reads memory and backlogs every d until ctx ends.
+func (st *soakStack) sample(ctx context.Context, start time.Time, d time.Duration, rep *SoakReport) {
+	rdb := redis.NewClient(&redis.Options{Addr: st.cache.Addr()})
+	defer rdb.Close()
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		s := SoakSample{At: time.Since(start).Seconds(), EdgedMiB: pidRSS(st.edged), ShipperMiB: pidRSS(st.shipper), ForwarderMiB: pidRSS(st.forwarder)}
+		if used, err := usedMemory(ctx, rdb); err == nil {
+			s.RedisMiB = float64(used) / (1 << 20)
+		}
+		s.RedisKeys, _ = rdb.DBSize(ctx).Result()
+		s.Unpublished, _ = count(ctx, st.db, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
+		s.Deleted = sumMetric(st.edgedAdmin, "notifyedge_retention_deleted_total", nil)
+		if ctx.Err() != nil {
+			return
+		}
+		rep.addSample(s)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+var samplesMu sync.Mutex
+
+func (r *SoakReport) addSample(s SoakSample) {
+	samplesMu.Lock()
+	defer samplesMu.Unlock()
+	r.Samples = append(r.Samples, s)
+}
+
+// last is the newest sample (zero before the first).
+func (r *SoakReport) last() SoakSample {
+	samplesMu.Lock()
+	defer samplesMu.Unlock()
+	if len(r.Samples) == 0 {
+		return SoakSample{}
+	}
+	return r.Samples[len(r.Samples)-1]
+}
+
+// pidRSS is a child's resident memory in MiB (0 once it is gone).
+func pidRSS(p *scaleProc) float64 {
+	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return statusMiB(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid), "VmRSS:")
+}
+
+// sumMetric sums a counter's series on a /metrics page, into byLabel by
+// its "table" label when byLabel is not nil; -1 if the page is not read.
+func sumMetric(admin, name string, byLabel map[string]float64) float64 {
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		total += v
+		if byLabel != nil {
+			byLabel[labelValue(line[:sp], "table")] += v
+		}
+	}
+	return total
+}
+
+// finish waits for the outbox to drain and the forwarder to deliver, then
+// checks every slice's orders by SQL.
+func (st *soakStack) finish(ctx context.Context, rep *SoakReport, pools []*pool, tallies []*tally, retained time.Duration) error {
+	sumMetric(st.edgedAdmin, "notifyedge_retention_deleted_total", rep.Deleted)
+	var errs []error
+	// Every outbox row but the seeded ones (published before the soak,
+	// never on the stream): the peak's and the slices' payments.
+	published, perr := count(ctx, st.db, `SELECT count(*) FROM outbox WHERE order_no NOT LIKE 'GW%'`)
+	if perr != nil {
+		return perr
+	}
+	rep.Published = int64(published)
+	deadline := time.Now().Add(2 * time.Minute)
+	for st.received.Load() < rep.Published && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+	}
+	rep.Forwarded = st.received.Load()
+	if rep.Forwarded < rep.Published {
+		errs = append(errs, fmt.Errorf("%w: the receiver took %d events of the soak's %d outbox rows within 2 minutes", ErrInvariant, rep.Forwarded, rep.Published))
+	}
+	checked := 0
+	for i, t := range tallies {
+		if t == nil {
+			continue
+		}
+		if err := invariants(ctx, st.db, pools[i].prefix, t); err != nil {
+			errs = append(errs, fmt.Errorf("slice %d: %w", i, err))
+		}
+		checked += len(t.success)
+	}
+	// Retention sleeps a minute once it caught up: a claim older than the
+	// retention and that minute's margin means it fell behind.
+	left, err := count(ctx, st.db, `SELECT count(*) FROM notify_claim WHERE created_at < now() - $1::bigint * interval '1 microsecond' - interval '2 minutes'`,
+		durable.DefaultClaimRetention.Microseconds())
+	errs = append(errs, err)
+	if err == nil && left > 0 {
+		errs = append(errs, fmt.Errorf("soak: %d claims more than 2 minutes past the retention are left: retention fell behind", left))
+	}
+	rep.Checks = append(rep.Checks, fmt.Sprintf("invariants held for the orders of %d slices (%d keys answered SUCCESS)", len(tallies), checked),
+		fmt.Sprintf("the receiver took %d events for %d outbox rows", rep.Forwarded, rep.Published),
+		fmt.Sprintf("claims more than 2 minutes past the retention: %d", left))
+	return errors.Join(errs...)
+}
+
+// summarize computes the report's ratios from its series.
+func (r *SoakReport) summarize(cfg SoakConfig) {
+	tenth := max(len(r.Slices)/10, 1)
+	if len(r.Slices) >= 2 {
+		p99s := func(s []SoakSlice) float64 {
+			v := make([]float64, len(s))
+			for i, x := range s {
+				v[i] = x.P99
+			}
+			return median(v)
+		}
+		r.P99First, r.P99Last = p99s(r.Slices[:tenth]), p99s(r.Slices[len(r.Slices)-tenth:])
+		if r.P99First > 0 {
+			r.P99Ratio = r.P99Last / r.P99First
+		}
+	}
+	var warm *SoakSample
+	for i := range r.Samples {
+		if r.Samples[i].At >= cfg.Warmup.Seconds() {
+			warm = &r.Samples[i]
+			break
+		}
+	}
+	if warm != nil && len(r.Samples) > 0 {
+		last := r.Samples[len(r.Samples)-1]
+		for name, v := range map[string][2]float64{"edged": {warm.EdgedMiB, last.EdgedMiB}, "shipper": {warm.ShipperMiB, last.ShipperMiB}, "forwarder": {warm.ForwarderMiB, last.ForwarderMiB}} {
+			if v[0] > 0 {
+				r.RSSGrowth[name] = v[1] / v[0]
+			}
+		}
+	}
+	if n := len(r.Samples); n >= 2 && r.Samples[n-1].RedisKeys > r.Samples[0].RedisKeys {
+		f, l := r.Samples[0], r.Samples[n-1]
+		r.RedisPerKey = (l.RedisMiB - f.RedisMiB) * (1 << 20) / float64(l.RedisKeys-f.RedisKeys)
+	}
+}
+
+// close stops what start started.
+func (st *soakStack) close() {
+	for _, p := range []*scaleProc{st.forwarder, st.shipper, st.edged} {
+		p.kill()
+	}
+	if st.receiver != nil {
+		st.receiver.Close()
+	}
+	if st.db != nil {
+		st.db.Close()
+	}
+	for _, r := range []*claimcachetest.Server{st.cache, st.stream} {
+		if r != nil {
+			r.Stop()
+		}
+	}
+	if st.pg != nil {
+		st.pg.Stop()
+	}
+	if st.procs.dir != "" {
+		os.RemoveAll(st.procs.dir)
+	}
+}
+
+// writeSoak writes the report's JSON and its plots into dir.
+func writeSoak(dir string, r *SoakReport) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	stamp := r.When.Format("20060102T150405Z")
+	var err error
+	if r.Plots, err = soakPlots(r, dir, stamp); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "soak-"+stamp+".json"), b, 0o644)
+}
+
+// Table renders the report.
+func (r *SoakReport) Table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "notifyedge soak, %s, %s, load average before %s, after %s\n", r.When.Format(time.RFC3339), r.Machine, r.LoadAvgBefore, r.LoadAvgAfter)
+	fmt.Fprintf(&b, "peak %.0f first deliveries a second (closed loop); soak at %d a second\n", r.Peak, r.Rate)
+	fmt.Fprintf(&b, "seeded to cross the retention meanwhile: %d claims, %d outbox rows (rows %.0f s, indexes %.0f s)\n",
+		r.Seeded["notify_claim"], r.Seeded["outbox"], r.SeedSeconds["rows"], r.SeedSeconds["indexes"])
+	fmt.Fprintf(&b, "\n| minute | req/s | p50 ms | p99 ms | max ms | not 200 |\n|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Slices {
+		fmt.Fprintf(&b, "| %.1f | %.0f | %.2f | %.2f | %.2f | %d |\n", s.At/60, s.ReqPerSec, s.P50, s.P99, s.Max, s.Non200)
+	}
+	fmt.Fprintf(&b, "\np99, median of the slices: first tenth %.2f ms, last tenth %.2f ms: ratio %.2f (target <= 1.2)\n", r.P99First, r.P99Last, r.P99Ratio)
+	fmt.Fprintf(&b, "resident memory at the end over after warm-up: edged %.2f, shipper %.2f, forwarder %.2f (target <= 1.10)\n",
+		r.RSSGrowth["edged"], r.RSSGrowth["shipper"], r.RSSGrowth["forwarder"])
+	if n := len(r.Samples); n > 0 {
+		f, l := r.Samples[0], r.Samples[n-1]
+		fmt.Fprintf(&b, "resident memory MiB, first and last sample: edged %.0f -> %.0f, shipper %.0f -> %.0f, forwarder %.0f -> %.0f\n",
+			f.EdgedMiB, l.EdgedMiB, f.ShipperMiB, l.ShipperMiB, f.ForwarderMiB, l.ForwarderMiB)
+		fmt.Fprintf(&b, "cache Redis: %.0f -> %.0f MiB for %d -> %d keys: %.0f bytes a key added\n", f.RedisMiB, l.RedisMiB, f.RedisKeys, l.RedisKeys, r.RedisPerKey)
+		fmt.Fprintf(&b, "outbox unpublished at the last sample: %d\n", l.Unpublished)
+	}
+	fmt.Fprintf(&b, "retention deleted:")
+	for t, v := range r.Deleted {
+		fmt.Fprintf(&b, " %s %.0f", t, v)
+	}
+	b.WriteString("\n")
+	for _, c := range r.Checks {
+		fmt.Fprintf(&b, "check: %s\n", c)
+	}
+	return b.String()
+}
