@@ -286,6 +286,9 @@ func (f *GrownFigures) table() string {
 func sizesTable(when string, sizes []tableSize) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  sizes %s (MiB):", when)
+	if len(sizes) == 0 {
+		b.WriteString(" not read")
+	}
 	for _, t := range sizes {
 		fmt.Fprintf(&b, " %s %d rows heap %.0f index %.0f;", t.Table, t.Rows, t.HeapMiB, t.IndexMiB)
 	}
@@ -296,10 +299,13 @@ func sizesTable(when string, sizes []tableSize) string {
 // grownTables are the tables the seeding fills, in the order reported.
 var grownTables = []string{"notify_claim", "biz_order", "outbox", "trade_refund", "notify_review"}
 
-// tableSizes reads the grown tables' sizes.
-func tableSizes(ctx context.Context, db *pgxpool.Pool) ([]tableSize, error) {
+// tableSizes reads the sizes of tables (default: the grown tables).
+func tableSizes(ctx context.Context, db *pgxpool.Pool, tables ...string) ([]tableSize, error) {
+	if len(tables) == 0 {
+		tables = grownTables
+	}
 	var out []tableSize
-	for _, t := range grownTables {
+	for _, t := range tables {
 		s := tableSize{Table: t}
 		var heap, idx int64
 		if err := db.QueryRow(ctx, `SELECT reltuples::bigint, pg_table_size(oid), pg_indexes_size(oid) FROM pg_class WHERE oid = $1::regclass`, t).

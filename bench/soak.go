@@ -115,6 +115,10 @@ type SoakSample struct {
 	RedisKeys    int64   `json:"redis_keys"`
 	Unpublished  int     `json:"outbox_unpublished"`
 	Deleted      float64 `json:"retention_deleted"`
+	// Tables are notify_claim's and outbox's heap and index sizes, MiB:
+	// flat while retention deletes what callbacks insert, if vacuum keeps
+	// up.
+	Tables []tableSize `json:"tables"`
 }
 
 // soakStack is the soak's processes and servers.
@@ -347,6 +351,7 @@ func (st *soakStack) sample(ctx context.Context, start time.Time, d time.Duratio
 		s.RedisKeys, _ = rdb.DBSize(ctx).Result()
 		s.Unpublished, _ = count(ctx, st.db, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
 		s.Deleted = sumMetric(st.edgedAdmin, "notifyedge_retention_deleted_total", nil)
+		s.Tables, _ = tableSizes(ctx, st.db, "notify_claim", "outbox")
 		if ctx.Err() != nil {
 			return
 		}
@@ -555,6 +560,8 @@ func (r *SoakReport) Table() string {
 			f.EdgedMiB, l.EdgedMiB, f.ShipperMiB, l.ShipperMiB, f.ForwarderMiB, l.ForwarderMiB)
 		fmt.Fprintf(&b, "cache Redis: %.0f -> %.0f MiB for %d -> %d keys: %.0f bytes a key added\n", f.RedisMiB, l.RedisMiB, f.RedisKeys, l.RedisKeys, r.RedisPerKey)
 		fmt.Fprintf(&b, "outbox unpublished at the last sample: %d\n", l.Unpublished)
+		b.WriteString(sizesTable("at the first sample", f.Tables))
+		b.WriteString(sizesTable("at the last sample", l.Tables))
 	}
 	fmt.Fprintf(&b, "retention deleted:")
 	for t, v := range r.Deleted {

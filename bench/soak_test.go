@@ -33,7 +33,7 @@ func TestSoakQuick(t *testing.T) {
 		t.Errorf("%d slices and %d samples, want 3 slices and a sample a second", len(rep.Slices), len(rep.Samples))
 	}
 	last := rep.Samples[len(rep.Samples)-1]
-	if last.EdgedMiB <= 0 || last.ShipperMiB <= 0 || last.ForwarderMiB <= 0 || last.RedisMiB <= 0 || last.RedisKeys <= 0 {
+	if last.EdgedMiB <= 0 || last.ShipperMiB <= 0 || last.ForwarderMiB <= 0 || last.RedisMiB <= 0 || last.RedisKeys <= 0 || len(last.Tables) != 2 {
 		t.Errorf("last sample %+v: a series was not read", last)
 	}
 	if rep.Deleted["notify_claim"] <= 0 || rep.Deleted["outbox"] <= 0 {

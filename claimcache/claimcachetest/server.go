@@ -34,14 +34,45 @@ type Server struct {
 }
 
 // Start runs redis-server on a free 127.0.0.1 port with the extra
-// "--name value" arguments given, and returns once it answers PING.
+// "--name value" arguments given, and returns once it answers PING. A port
+// found free may be taken before the server binds it (by a server another
+// test starts, or, for a cluster node's bus at port+10000, by any outgoing
+// connection): a server that exits at start is started again on another
+// port, a few times.
 func Start(extra ...string) (*Server, error) {
+	var err error
+	for range startAttempts {
+		var s *Server
+		if s, err = startOnce(extra); err == nil || !errors.Is(err, errExitedAtStart) {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+// startAttempts bounds Start's tries.
+const startAttempts = 5
+
+// errExitedAtStart is a server that exited before it answered PING: on a
+// port found free, most likely one taken meanwhile.
+var errExitedAtStart = errors.New("redis-server exited at start")
+
+// freePort finds a free loopback port (a variable: the retry's test hands
+// out a taken one first).
+var freePort = func() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startOnce(extra []string) (*Server, error) {
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	// Its own directory: an AOF or RDB file must never outlive the test, or
 	// land where the next server would load it.
 	dir, err := os.MkdirTemp("", "neredis-")
@@ -93,7 +124,7 @@ func (s *Server) start() error {
 		}
 		select {
 		case <-exited:
-			return errors.New("redis-server exited at start")
+			return errExitedAtStart
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
