@@ -35,9 +35,9 @@ var grownScenarios = []scenario{
 	{name: grownHotdup, to: edgeCacheOn, ownStack: true, drive: closedLoopWorkers, source: hot},
 	{name: grownFirstAt, to: edgeCacheOn, ownStack: true, drive: atPeakShare(grownFirst, 0.8), source: fresh},
 	{name: grownRetentionOff, to: edgeCacheOn, ownStack: true, drive: withoutRetention(grownFirst, grownRetentionRate), source: fresh,
-		setup: beginGrownRetention},
+		setup: beginGrownRetention, orders: ordersWithout(grownFirst, grownRetentionRate)},
 	{name: grownRetentionOn, to: edgeCacheOn, ownStack: true, drive: untilDeleted(grownFirst, grownRetentionRate), source: fresh,
-		setup: startRetention, after: finishGrownRetention},
+		setup: startRetention, after: finishGrownRetention, orders: ordersUntilDeleted(grownFirst, grownRetentionRate)},
 }
 
 // grownSettings are the server settings of a full run with the grown rows
@@ -83,7 +83,8 @@ func grownSize(quick bool) grownWeek {
 type GrownFigures struct {
 	Week grownWeek `json:"week"`
 	// Rows are the seeded rows by table; Seconds how long each phase took
-	// ("rows", "indexes", "vacuum", "checkpoint", "redis").
+	// ("rows", "indexes", "vacuum", "checkpoint", "redis", and "quiesce":
+	// waiting for Redis's AOF rewrite and the kernel's writeback).
 	Rows    map[string]int64   `json:"rows"`
 	Seconds map[string]float64 `json:"seed_seconds"`
 	// Sizes are the tables' heap and index sizes in MiB after seeding,
@@ -182,7 +183,9 @@ func seedGrown(ctx context.Context, e *env) error {
 		return err
 	}
 	g.figures.Seconds["redis"] = time.Since(start).Seconds()
-	return nil
+	quiet, err := quiesce(ctx, e.db, rdb)
+	g.figures.Seconds["quiesce"] = quiet.Seconds()
+	return err
 }
 
 // beginGrownRetention (the first grown retention row's setup): the day
@@ -193,6 +196,7 @@ func beginGrownRetention(ctx context.Context, e *env) error {
 	}
 	r := &retentionRun{before: grownRetentionOff, during: grownRetentionOn, of: grownFirst}
 	r.figures.Backlog = int(e.grown.figures.Rows["notify_claim"]) / e.grown.figures.Week.Days
+	r.outboxBacklog = int(e.grown.figures.Rows["outbox"]) / e.grown.figures.Week.Days
 	if err := r.measurePeak(ctx, e); err != nil {
 		return err
 	}
@@ -255,7 +259,7 @@ func (f *GrownFigures) table() string {
 		fmt.Fprintf(&b, " %s %d,", t, f.Rows[t])
 	}
 	fmt.Fprintf(&b, " cache entries %d\n  seconds:", f.Redis.Entries)
-	for _, p := range []string{"rows", "indexes", "vacuum", "checkpoint", "redis"} {
+	for _, p := range []string{"rows", "indexes", "vacuum", "checkpoint", "redis", "quiesce"} {
 		fmt.Fprintf(&b, " %s %.1f,", p, f.Seconds[p])
 	}
 	b.WriteString("\n")

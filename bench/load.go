@@ -43,11 +43,16 @@ type pool struct {
 func (p *pool) take() payment {
 	i := p.next.Add(1) - 1
 	if i >= p.size {
-		i %= p.size // exhausted: keys repeat, as duplicates
+		// Exhausted: keys repeat, as duplicates. A row that met this
+		// fails (env.row): its first deliveries were replays.
+		i %= p.size
 	}
 	no := fmt.Sprintf("%s-%07d", p.prefix, i)
 	return payment{order: no, txn: "TX" + no}
 }
+
+// left is how many orders the pool has not handed out.
+func (p *pool) left() int64 { return max(p.size-p.next.Load(), 0) }
 
 // firstSource: 100 % first deliveries.
 type firstSource struct{ p *pool }

@@ -101,10 +101,13 @@ type RetentionFigures struct {
 type retentionRun struct {
 	before, during string
 	// of is the scenario whose closed-loop peak the rate is half of.
-	of       string
-	figures  RetentionFigures
-	logFrom  int64     // the Postgres log's size when the rows began
-	attacked time.Time // when the first row's attack began (about)
+	of string
+	// outboxBacklog is how many outbox rows wait beside the expired
+	// claims (figures.Backlog).
+	outboxBacklog int
+	figures       RetentionFigures
+	logFrom       int64     // the Postgres log's size when the rows began
+	attacked      time.Time // when the first row's attack began (about)
 	// wal is the WAL position at the first attack, at the second, and at
 	// the second's end.
 	wal       [3]int64
@@ -254,6 +257,28 @@ func withoutRetention(of string, share float64) driver {
 			d = max(d, retentionBaseline)
 		}
 		return openLoop(ctx, e.tg, s.name, url, e.rateAt(of, share), d, s.source(e.pool), t, e.cfg.Progress), nil
+	}
+}
+
+// ordersWithout is how many fresh orders withoutRetention takes.
+func ordersWithout(of string, share float64) func(*env) int {
+	return func(e *env) int {
+		d := e.cfg.Duration
+		if !e.cfg.Quick {
+			d = max(d, retentionBaseline)
+		}
+		return int(float64(e.rateAt(of, share))*d.Seconds()*1.1) + 1000
+	}
+}
+
+// ordersUntilDeleted is how many fresh orders untilDeleted may take: its
+// rate for half again as long as the backlog takes at retention's default
+// pace (RetentionConfig: 5,000 rows a second).
+func ordersUntilDeleted(of string, share float64) func(*env) int {
+	return func(e *env) int {
+		r := e.retention
+		secs := 1.5*float64(r.figures.Backlog+r.outboxBacklog)/5000 + e.cfg.Duration.Seconds()
+		return int(float64(e.rateAt(of, share))*secs) + 1000
 	}
 }
 

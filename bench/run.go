@@ -141,6 +141,8 @@ type env struct {
 	// until one runs); retentions every pair that ran.
 	retention  *retentionRun
 	retentions []*retentionRun
+	// pools counts the pools topUp added.
+	pools int
 	// grown is the grown rows' state (nil until they run).
 	grown *grownRun
 	// rep is the run's report, for a setup that runs a row it needs.
@@ -199,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	// Enough fresh orders that no "first" attack runs out (about 30k first
 	// deliveries per attack-second in all, generously).
-	poolSize := max(60_000, int(cfg.Duration.Seconds()*40_000))
+	poolSize := max(60_000, int(cfg.Duration.Seconds()*4*freshPerSecond))
 	e.say("seeding %d orders ...", poolSize)
 	e.prefix = "B" + time.Now().UTC().Format("150405") // a run's own orders, also on a shared database
 	if _, err := pgtemp.SeedPending(ctx, e.tg.DBURL, e.prefix+"-%07d", poolSize, 1999); err != nil {
@@ -275,6 +277,10 @@ func (e *env) row(ctx context.Context, rep *Report, s scenario, checked bool) er
 			return fmt.Errorf("bench: %s: %w", s.name, err)
 		}
 	}
+	if err := e.topUp(ctx, s); err != nil {
+		return fmt.Errorf("bench: %s: %w", s.name, err)
+	}
+	usedPool := e.pool
 	t := newTally(e.tg.Channel)
 	before := scrapeCounts(e.tg.AdminURL)
 	if e.stats != nil {
@@ -295,6 +301,9 @@ func (e *env) row(ctx context.Context, rep *Report, s scenario, checked bool) er
 		if aerr := s.after(ctx, e); aerr != nil && err == nil {
 			err = fmt.Errorf("bench: %s: %w", s.name, aerr)
 		}
+	}
+	if over := usedPool.next.Load() - usedPool.size; over > 0 && err == nil {
+		err = fmt.Errorf("%w: %s: the fresh orders ran out: %d first deliveries repeated a key", ErrInvariant, s.name, over)
 	}
 	after := scrapeCounts(e.tg.AdminURL)
 	r.Outcomes, r.Group = diff(after.outcomes, before.outcomes), diff(after.group, before.group)
@@ -346,6 +355,32 @@ func (e *env) wanted(name string) bool {
 	}
 	return false
 }
+
+// topUp gives the run a new pool of fresh orders when the current one has
+// fewer left than s may take (s.orders; by default a closed loop's worth),
+// under the run's prefix (the invariants see them).
+func (e *env) topUp(ctx context.Context, s scenario) error {
+	need := int(e.cfg.Duration.Seconds() * freshPerSecond)
+	if s.orders != nil {
+		need = s.orders(e)
+	}
+	if e.pool.left() >= int64(need) {
+		return nil
+	}
+	e.pools++
+	p := &pool{prefix: fmt.Sprintf("%s-x%d", e.prefix, e.pools), size: int64(need)}
+	e.say("seeding %d more orders ...", need)
+	if _, err := pgtemp.SeedPending(ctx, e.tg.DBURL, p.prefix+"-%07d", need, 1999); err != nil {
+		return err
+	}
+	e.pool = p
+	return nil
+}
+
+// freshPerSecond is how many first deliveries a second a closed loop is
+// given orders for: above any peak seen (7,000 a second), and the
+// hot-duplicate rows' tenth of theirs.
+const freshPerSecond = 10_000
 
 // optedIn reports whether -scenario names an opt-in row: one a run
 // without -scenario leaves out.

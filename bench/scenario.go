@@ -39,6 +39,9 @@ type scenario struct {
 	// setup runs just before the attack; after just after it, before the
 	// invariants are checked. Either may be nil.
 	setup, after func(ctx context.Context, e *env) error
+	// orders is how many fresh orders the attack may take, once setup ran
+	// (nil: a closed loop's worth for Config.Duration).
+	orders func(e *env) int
 }
 
 // scenarios are the edge under load. first and hotdup (cache on) also set
@@ -61,9 +64,9 @@ var scenarios = []scenario{
 	// First deliveries over a backlog of 1M expired claims, then while the
 	// retention loop deletes it (retention.go); ownStack: it deletes claims.
 	{name: retentionBefore, to: edgeCacheOn, ownStack: true, drive: withoutRetention("first", 0.5), source: fresh,
-		setup: seedExpiredClaims},
+		setup: seedExpiredClaims, orders: ordersWithout("first", 0.5)},
 	{name: retentionDuring, to: edgeCacheOn, ownStack: true, drive: untilDeleted("first", 0.5), source: fresh,
-		setup: startRetention, after: finishRetention},
+		setup: startRetention, after: finishRetention, orders: ordersUntilDeleted("first", 0.5)},
 }
 
 // ceilings are the limits the scenarios are read against: the same

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,7 +89,8 @@ func seedWeek(ctx context.Context, db *pgxpool.Pool, p seedPlan, rows map[string
 	var done atomic.Int64
 	progress := func(n int64) {
 		total := done.Add(n)
-		say("seed: %d of %d rows (%.0f s)", total, claims+outbox+p.Orders+refunds+reviews, time.Since(start).Seconds())
+		// The refunds' statement walks the orders, writing a few of them.
+		say("seed: %d of %d rows walked (%.0f s)", total, claims+outbox+2*p.Orders+reviews, time.Since(start).Seconds())
 	}
 	args := func(lo, hi int64, n int64) []any {
 		return []any{lo, hi, n, span.Microseconds(), orders, p.EndAgo.Microseconds()}
@@ -254,6 +256,47 @@ SELECT 'wechatpay:42000' || lpad(g::text, 23, '0') || ':PAY_SUCCESS', 'GW' || lp
   FROM generate_series($1::bigint, $2::bigint - 1) g,
        LATERAL (SELECT now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) r`
 )
+
+// quiesce waits until what the seeding set going has settled, so that no
+// attack pays for it: an AOF rewrite of the Redis it wrote to (started
+// here if AOF is on, since the seeding's growth would start one in the
+// middle of an attack), a checkpoint, and the kernel's dirty pages
+// written back (sync, then Dirty and Writeback under 64 MiB). It returns
+// how long that took.
+func quiesce(ctx context.Context, db *pgxpool.Pool, rdb *redis.Client) (time.Duration, error) {
+	start := time.Now()
+	if rdb != nil {
+		info, err := rdb.InfoMap(ctx, "persistence").Result()
+		if err != nil {
+			return 0, fmt.Errorf("quiesce: redis info: %w", err)
+		}
+		if info["Persistence"]["aof_enabled"] == "1" {
+			if err := rdb.BgRewriteAOF(ctx).Err(); err != nil && !strings.Contains(err.Error(), "already in progress") {
+				return 0, fmt.Errorf("quiesce: BGREWRITEAOF: %w", err)
+			}
+		}
+		if !wait.Within(5*time.Minute, func() bool {
+			info, err := rdb.InfoMap(ctx, "persistence").Result()
+			p := info["Persistence"]
+			return err == nil && p["aof_rewrite_in_progress"] == "0" && p["aof_rewrite_scheduled"] == "0" && p["rdb_bgsave_in_progress"] == "0"
+		}) {
+			return 0, errors.New("quiesce: Redis still rewriting its AOF after 5 minutes")
+		}
+	}
+	if _, err := db.Exec(ctx, `CHECKPOINT`); err != nil {
+		return 0, fmt.Errorf("quiesce: checkpoint: %w", err)
+	}
+	syscall.Sync()
+	if !wait.Within(2*time.Minute, func() bool { return dirtyMiB() < 64 }) {
+		return 0, fmt.Errorf("quiesce: %.0f MiB of dirty pages still not written back after 2 minutes", dirtyMiB())
+	}
+	return time.Since(start), nil
+}
+
+// dirtyMiB is the kernel's Dirty and Writeback pages, MiB.
+func dirtyMiB() float64 {
+	return statusMiB("/proc/meminfo", "Dirty:") + statusMiB("/proc/meminfo", "Writeback:")
+}
 
 // moveOutbox moves the outbox rows up to id last to new ids, after every
 // other row: same content, event id included. It waits for the relay to

@@ -213,6 +213,11 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	if err := seedWeek(ctx, st.db, plan, rep.Seeded, rep.SeedSeconds, say); err != nil {
 		return rep, err
 	}
+	quiet, err := quiesce(ctx, st.db, nil)
+	rep.SeedSeconds["quiesce"] = quiet.Seconds()
+	if err != nil {
+		return rep, err
+	}
 	// edged's retention sleeps a minute once nothing is old enough, as it
 	// found at start: restarted, its first cycle begins with the soak.
 	if err := st.restartEdged(ctx); err != nil {
@@ -248,7 +253,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	stopSampling()
 	<-sampled
 	rep.LoadAvgAfter = loadAvg()
-	err := st.finish(ctx, rep, pools, tallies, retained)
+	err = st.finish(ctx, rep, pools, tallies, retained)
 	rep.summarize(cfg)
 	if cfg.Out != "" {
 		if werr := writeSoak(cfg.Out, rep); werr != nil && err == nil {

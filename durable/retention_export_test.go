@@ -12,14 +12,20 @@ import (
 
 // ExplainRetentionBatch returns the plan (EXPLAIN's text, as a custom or
 // as a generic plan) of one retention batch of table with the default
-// retentions, on a connection of s's callback pool; it deletes nothing.
+// retentions, on a session configured as the retention leader's; it
+// deletes nothing.
 func ExplainRetentionBatch(ctx context.Context, s *Store, table string, generic bool) (string, error) {
 	for _, t := range retentionPlan {
 		if t.name != table {
 			continue
 		}
+		conn, err := pgx.ConnectConfig(ctx, s.retentionConnConfig(RetentionConfig{}.mustDefaults()))
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close(ctx)
 		var plan string
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			var err error
 			if generic {
 				// A named prepared statement, planned generically.
@@ -79,4 +85,17 @@ func explain(ctx context.Context, tx pgx.Tx, sql string, args ...any) (string, e
 	}
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return strings.Join(lines, "\n"), err
+}
+
+// RetentionSetting reads a setting in a session configured as the
+// retention leader's.
+func RetentionSetting(ctx context.Context, s *Store, name string) (string, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.retentionConnConfig(RetentionConfig{}.mustDefaults()))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var v string
+	err = conn.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v)
+	return v, err
 }
