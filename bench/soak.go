@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,12 +73,13 @@ type SoakReport struct {
 	SeedSeconds map[string]float64 `json:"seed_seconds"`
 	Slices      []SoakSlice        `json:"slices"`
 	Samples     []SoakSample       `json:"samples"`
-	// P99First and P99Last are the median of the slices' p99 over the
-	// first and the last tenth of the soak; P99Ratio Last over First
-	// (target at most 1.2).
-	P99First float64 `json:"p99_first_tenth_ms"`
-	P99Last  float64 `json:"p99_last_tenth_ms"`
-	P99Ratio float64 `json:"p99_ratio"`
+	// P99First and P99Last are the p99 of every request in the first and
+	// in the last P99Minutes of the soak (a tenth of a soak shorter than
+	// half an hour); P99Ratio Last over First (target at most 1.2).
+	P99Minutes float64 `json:"p99_window_minutes"`
+	P99First   float64 `json:"p99_first_ms"`
+	P99Last    float64 `json:"p99_last_ms"`
+	P99Ratio   float64 `json:"p99_ratio"`
 	// RSSGrowth is each process's resident memory at the end over its
 	// memory at Warmup (target at most 1.10).
 	RSSGrowth map[string]float64 `json:"rss_growth"`
@@ -88,10 +90,17 @@ type SoakReport struct {
 	Deleted map[string]float64 `json:"retention_deleted"`
 	// Forwarded is how many events the receiver took (2xx), Published
 	// how many outbox rows the soak's payments wrote.
-	Forwarded int64    `json:"forwarded"`
-	Published int64    `json:"published"`
-	Checks    []string `json:"checks"`
-	Plots     []string `json:"plots,omitempty"`
+	Forwarded int64 `json:"forwarded"`
+	Published int64 `json:"published"`
+	// Events are the checkpoints and the autovacuum runs of retention's
+	// tables the Postgres log reports, with their time into the soak;
+	// CallbackLockWaits the log's lock waits over 50 ms by callback
+	// sessions (any fails the soak), OtherLockWaits everyone else's.
+	Events            []string `json:"postgres_events,omitempty"`
+	CallbackLockWaits []string `json:"callback_lock_waits,omitempty"`
+	OtherLockWaits    []string `json:"other_lock_waits,omitempty"`
+	Checks            []string `json:"checks"`
+	Plots             []string `json:"plots,omitempty"`
 }
 
 // SoakSlice is one attack's figures.
@@ -103,6 +112,8 @@ type SoakSlice struct {
 	P99       float64 `json:"p99_ms"`
 	Max       float64 `json:"max_ms"`
 	Non200    int     `json:"non_200"`
+	// Codes counts the answers by HTTP status (0: no answer).
+	Codes map[int]int `json:"codes"`
 }
 
 // SoakSample is one reading of memory and backlogs.
@@ -115,6 +126,9 @@ type SoakSample struct {
 	RedisKeys    int64   `json:"redis_keys"`
 	Unpublished  int     `json:"outbox_unpublished"`
 	Deleted      float64 `json:"retention_deleted"`
+	// StreamForks is the stream Redis's total_forks: one more between
+	// samples is an AOF rewrite (or a save) forking meanwhile.
+	StreamForks int64 `json:"stream_redis_forks"`
 	// Tables are notify_claim's and outbox's heap and index sizes, MiB:
 	// flat while retention deletes what callbacks insert, if vacuum keeps
 	// up.
@@ -224,6 +238,11 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		return rep, err
 	}
 	retained := durable.DefaultClaimRetention + 2*tail
+	pgLog := filepath.Join(st.pg.Dir(), "postgres.log")
+	logFrom, err := fileSize(pgLog)
+	if err != nil {
+		return rep, err
+	}
 	start := time.Now()
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
@@ -232,6 +251,10 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		st.sample(sctx, start, cfg.Sample, rep)
 	}()
 	tallies := make([]*tally, slices)
+	window := p99Window(slices, cfg.Slice)
+	rep.P99Minutes = float64(window) * cfg.Slice.Minutes()
+	var firstLat []time.Duration
+	lastLat := make([][]time.Duration, 0, window) // the latest slices', a window's worth
 	for i := range slices {
 		if ctx.Err() != nil {
 			break
@@ -240,13 +263,29 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		at := time.Since(start)
 		row := openLoop(ctx, st.tg, "soak", st.tg.URL, rep.Rate, min(cfg.Slice, cfg.Duration-at), &firstSource{pools[i]}, tallies[i], nil)
 		non200 := row.Errors
+		codes := map[int]int{}
 		for code, c := range row.Codes {
+			codes[code] = c
 			if code != http.StatusOK {
 				non200 += c
 			}
 		}
+		if row.Errors > 0 {
+			codes[0] += row.Errors
+		}
 		rep.Slices = append(rep.Slices, SoakSlice{At: at.Seconds(), Requests: row.Requests, ReqPerSec: row.ReqPerSec,
-			P50: millis(row.Lat.P50), P99: millis(row.Lat.P99), Max: millis(row.Lat.Max), Non200: non200})
+			P50: millis(row.Lat.P50), P99: millis(row.Lat.P99), Max: millis(row.Lat.Max), Non200: non200, Codes: codes})
+		lat := make([]time.Duration, len(row.Points))
+		for j, p := range row.Points {
+			lat[j] = p.Latency
+		}
+		if i < window {
+			firstLat = append(firstLat, lat...)
+		}
+		if len(lastLat) == window {
+			lastLat = append(lastLat[:0], lastLat[1:]...)
+		}
+		lastLat = append(lastLat, lat)
 		say("soak: %5.0f s  %6.0f req/s  p50 %6.2f ms  p99 %7.2f ms  max %7.2f ms  not 200: %d  edged %.0f MiB  redis %.0f MiB",
 			at.Seconds(), row.ReqPerSec, millis(row.Lat.P50), millis(row.Lat.P99), millis(row.Lat.Max), non200, rep.last().EdgedMiB, rep.last().RedisMiB)
 	}
@@ -254,6 +293,19 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	<-sampled
 	rep.LoadAvgAfter = loadAvg()
 	err = st.finish(ctx, rep, pools, tallies, retained)
+	var lerr, eerr error
+	rep.CallbackLockWaits, rep.OtherLockWaits, lerr = lockWaits(pgLog, logFrom)
+	rep.Events, eerr = postgresEvents(pgLog, logFrom, start)
+	if len(rep.CallbackLockWaits) > 0 {
+		lerr = errors.Join(lerr, fmt.Errorf("soak: %d callback lock waits over 50 ms", len(rep.CallbackLockWaits)))
+	}
+	err = errors.Join(err, lerr, eerr)
+	rep.P99First = millis(percentilesOf(firstLat).P99)
+	var last []time.Duration
+	for _, l := range lastLat {
+		last = append(last, l...)
+	}
+	rep.P99Last = millis(percentilesOf(last).P99)
 	rep.summarize(cfg)
 	if cfg.Out != "" {
 		if werr := writeSoak(cfg.Out, rep); werr != nil && err == nil {
@@ -269,9 +321,12 @@ func (st *soakStack) start(ctx context.Context, cfg SoakConfig) error {
 	if st.procs.dir, err = os.MkdirTemp("", "nesoak-"); err != nil {
 		return err
 	}
-	settings := grownSettings
-	if cfg.Quick {
-		settings = nil
+	var settings []string
+	if !cfg.Quick {
+		settings = append(settings, grownSettings...)
+	}
+	for _, kv := range lockWaitSettings { // and checkpoints and autovacuum logged
+		settings = append(settings, kv[0]+"="+kv[1])
 	}
 	if st.pg, err = pgtemp.Start(ctx, pgtemp.Options{Durable: true, Settings: settings}); err != nil {
 		return err
@@ -357,6 +412,7 @@ func (st *soakStack) sample(ctx context.Context, start time.Time, d time.Duratio
 		s.Unpublished, _ = count(ctx, st.db, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
 		s.Deleted = sumMetric(st.edgedAdmin, "notifyedge_retention_deleted_total", nil)
 		s.Tables, _ = tableSizes(ctx, st.db, "notify_claim", "outbox")
+		s.StreamForks = redisForks(ctx, st.stream.Addr())
 		if ctx.Err() != nil {
 			return
 		}
@@ -367,6 +423,18 @@ func (st *soakStack) sample(ctx context.Context, start time.Time, d time.Duratio
 		case <-t.C:
 		}
 	}
+}
+
+// redisForks is a Redis server's total_forks (0 if it cannot be read).
+func redisForks(ctx context.Context, addr string) int64 {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	info, err := rdb.InfoMap(ctx, "stats").Result()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(info["Stats"]["total_forks"], 10, 64)
+	return n
 }
 
 var samplesMu sync.Mutex
@@ -467,21 +535,20 @@ func (st *soakStack) finish(ctx context.Context, rep *SoakReport, pools []*pool,
 	return errors.Join(errs...)
 }
 
+// p99Window is how many slices the first and the last p99 pool: ten
+// minutes' worth, or a tenth of a soak too short for three such windows.
+func p99Window(slices int, slice time.Duration) int {
+	w := int((10*time.Minute + slice - 1) / slice)
+	if slices < 3*w {
+		w = max(slices/10, 1)
+	}
+	return w
+}
+
 // summarize computes the report's ratios from its series.
 func (r *SoakReport) summarize(cfg SoakConfig) {
-	tenth := max(len(r.Slices)/10, 1)
-	if len(r.Slices) >= 2 {
-		p99s := func(s []SoakSlice) float64 {
-			v := make([]float64, len(s))
-			for i, x := range s {
-				v[i] = x.P99
-			}
-			return median(v)
-		}
-		r.P99First, r.P99Last = p99s(r.Slices[:tenth]), p99s(r.Slices[len(r.Slices)-tenth:])
-		if r.P99First > 0 {
-			r.P99Ratio = r.P99Last / r.P99First
-		}
+	if r.P99First > 0 {
+		r.P99Ratio = r.P99Last / r.P99First
 	}
 	var warm *SoakSample
 	for i := range r.Samples {
@@ -554,9 +621,9 @@ func (r *SoakReport) Table() string {
 		r.Seeded["notify_claim"], r.Seeded["outbox"], r.SeedSeconds["rows"], r.SeedSeconds["indexes"])
 	fmt.Fprintf(&b, "\n| minute | req/s | p50 ms | p99 ms | max ms | not 200 |\n|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Slices {
-		fmt.Fprintf(&b, "| %.1f | %.0f | %.2f | %.2f | %.2f | %d |\n", s.At/60, s.ReqPerSec, s.P50, s.P99, s.Max, s.Non200)
+		fmt.Fprintf(&b, "| %.1f | %.0f | %.2f | %.2f | %.2f | %s |\n", s.At/60, s.ReqPerSec, s.P50, s.P99, s.Max, notOK(s))
 	}
-	fmt.Fprintf(&b, "\np99, median of the slices: first tenth %.2f ms, last tenth %.2f ms: ratio %.2f (target <= 1.2)\n", r.P99First, r.P99Last, r.P99Ratio)
+	fmt.Fprintf(&b, "\np99 of every request in the first %.1f minutes %.2f ms, in the last %.1f minutes %.2f ms: ratio %.2f (target <= 1.2)\n", r.P99Minutes, r.P99First, r.P99Minutes, r.P99Last, r.P99Ratio)
 	fmt.Fprintf(&b, "resident memory at the end over after warm-up: edged %.2f, shipper %.2f, forwarder %.2f (target <= 1.10)\n",
 		r.RSSGrowth["edged"], r.RSSGrowth["shipper"], r.RSSGrowth["forwarder"])
 	if n := len(r.Samples); n > 0 {
@@ -573,8 +640,37 @@ func (r *SoakReport) Table() string {
 		fmt.Fprintf(&b, " %s %.0f", t, v)
 	}
 	b.WriteString("\n")
+	var forks []string
+	for i := 1; i < len(r.Samples); i++ {
+		if r.Samples[i].StreamForks > r.Samples[i-1].StreamForks {
+			forks = append(forks, fmt.Sprintf("%.0f-%.0f s", r.Samples[i-1].At, r.Samples[i].At))
+		}
+	}
+	fmt.Fprintf(&b, "the stream Redis forked (AOF rewrite) between: %s\n", strings.Join(forks, ", "))
+	fmt.Fprintf(&b, "lock waits over 50 ms in the Postgres log: %d by callbacks, %d by others\n", len(r.CallbackLockWaits), len(r.OtherLockWaits))
+	for _, l := range append(append([]string{}, r.CallbackLockWaits...), r.OtherLockWaits...) {
+		fmt.Fprintf(&b, "    %s\n", l)
+	}
+	for _, ev := range r.Events {
+		fmt.Fprintf(&b, "postgres: %s\n", ev)
+	}
 	for _, c := range r.Checks {
 		fmt.Fprintf(&b, "check: %s\n", c)
 	}
 	return b.String()
+}
+
+// notOK is a slice's answers other than 200, by status ("0" for none).
+func notOK(s SoakSlice) string {
+	if s.Non200 == 0 {
+		return "0"
+	}
+	var by []string
+	for code, n := range s.Codes {
+		if code != http.StatusOK {
+			by = append(by, fmt.Sprintf("%d: %d", code, n))
+		}
+	}
+	sort.Strings(by)
+	return fmt.Sprintf("%d (%s)", s.Non200, strings.Join(by, ", "))
 }

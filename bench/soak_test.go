@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // The soak at a smoke size, on the built binaries: every series is read,
@@ -44,5 +45,23 @@ func TestSoakQuick(t *testing.T) {
 	}
 	if len(rep.Plots) != 2 || rep.P99First <= 0 || rep.RSSGrowth["edged"] <= 0 {
 		t.Errorf("plots %v, p99 first %.2f, rss growth %v", rep.Plots, rep.P99First, rep.RSSGrowth)
+	}
+}
+
+func TestP99WindowIsTenMinutesOrATenth(t *testing.T) {
+	for _, c := range []struct {
+		slices int
+		slice  time.Duration
+		want   int
+	}{
+		{60, time.Minute, 10},       // an hour: ten one-minute slices
+		{120, 30 * time.Second, 20}, // an hour of half-minute slices
+		{29, time.Minute, 2},        // too short for three windows: a tenth
+		{5, time.Minute, 1},
+		{3, time.Second, 1},
+	} {
+		if got := p99Window(c.slices, c.slice); got != c.want {
+			t.Errorf("p99Window(%d, %v) = %d, want %d", c.slices, c.slice, got, c.want)
+		}
 	}
 }
