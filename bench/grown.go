@@ -35,9 +35,9 @@ var grownScenarios = []scenario{
 	{name: grownHotdup, to: edgeCacheOn, ownStack: true, drive: closedLoopWorkers, source: hot},
 	{name: grownFirstAt, to: edgeCacheOn, ownStack: true, drive: atPeakShare(grownFirst, 0.8), source: fresh},
 	{name: grownRetentionOff, to: edgeCacheOn, ownStack: true, drive: withoutRetention(grownFirst, grownRetentionRate), source: fresh,
-		setup: beginGrownRetention, orders: ordersWithout(grownFirst, grownRetentionRate)},
+		setup: grownRetention, ready: beginRetention, orders: ordersWithout(grownFirst, grownRetentionRate)},
 	{name: grownRetentionOn, to: edgeCacheOn, ownStack: true, drive: untilDeleted(grownFirst, grownRetentionRate), source: fresh,
-		setup: startRetention, after: finishGrownRetention, orders: ordersUntilDeleted(grownFirst, grownRetentionRate)},
+		ready: startRetention, after: finishGrownRetention, orders: ordersUntilDeleted(grownFirst, grownRetentionRate)},
 }
 
 // grownSettings are the server settings of a full run with the grown rows
@@ -188,9 +188,9 @@ func seedGrown(ctx context.Context, e *env) error {
 	return err
 }
 
-// beginGrownRetention (the first grown retention row's setup): the day
-// past retention is already in the seeded week.
-func beginGrownRetention(ctx context.Context, e *env) error {
+// grownRetention (the first grown retention row's setup) makes the pair:
+// the day past retention is already in the seeded week.
+func grownRetention(ctx context.Context, e *env) error {
 	if e.grown == nil {
 		return fmt.Errorf("the %q row did not run (select the grown rows together)", grownFirst)
 	}
@@ -200,7 +200,8 @@ func beginGrownRetention(ctx context.Context, e *env) error {
 	if err := r.measurePeak(ctx, e); err != nil {
 		return err
 	}
-	return r.begin(ctx, e)
+	r.register(e)
+	return nil
 }
 
 // finishGrownRetention is finishRetention, then the tables' sizes after the

@@ -153,7 +153,8 @@ SELECT 'expired:' || $1::text || ':' || g, 'X' || $1::text || '-' || g, repeat('
 		}
 	}
 	r.figures.Backlog, r.figures.SeedSeconds = n, time.Since(start).Seconds()
-	return r.begin(ctx, e)
+	r.register(e)
+	return nil
 }
 
 // measurePeak measures the closed-loop peak of r.of if this run has none
@@ -171,12 +172,21 @@ func (r *retentionRun) measurePeak(ctx context.Context, e *env) error {
 	return nil
 }
 
-// begin makes r the run's current retention pair, its backlog in place:
-// lock-wait logging on, the Postgres log's size, the load average and the
-// WAL position noted as the first row's attack begins.
-func (r *retentionRun) begin(ctx context.Context, e *env) error {
+// register makes r the run's current retention pair, its backlog in
+// place.
+func (r *retentionRun) register(e *env) {
 	e.retention = r
 	e.retentions = append(e.retentions, r)
+}
+
+// beginRetention (the first row's ready) turns lock-wait logging on and
+// notes the Postgres log's size, the load average and the WAL position as
+// the first row's attack begins.
+func beginRetention(ctx context.Context, e *env) error {
+	r := e.retention
+	if r == nil {
+		return errors.New("retention: the pair's first row made no pair")
+	}
 	var err error
 	if r.logFrom, err = fileSize(e.st.PostgresLog()); err != nil {
 		return err
@@ -189,7 +199,8 @@ func (r *retentionRun) begin(ctx context.Context, e *env) error {
 	return e.walPosition(ctx, &r.wal[0])
 }
 
-// startRetention (the second row's setup) starts the retention loop on the
+// startRetention (the second row's ready: its orders are in place, so the
+// deletion's time is the attack's) starts the retention loop on the
 // stack's Store, as a node starts it.
 func startRetention(ctx context.Context, e *env) error {
 	r := e.retention

@@ -256,7 +256,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 // attack runs one row, if this run wants it and can serve it: setup, the
-// attack between two CPU readings, after, then (scenarios only) the
+// top-up of fresh orders, ready, the attack between two CPU readings, after, then (scenarios only) the
 // invariants by SQL; and adds the row to rep. A violation, or any answer
 // but 200 to a scenario's valid callbacks, fails the run (ErrInvariant).
 func (e *env) attack(ctx context.Context, rep *Report, s scenario, checked bool) error {
@@ -279,6 +279,11 @@ func (e *env) row(ctx context.Context, rep *Report, s scenario, checked bool) er
 	}
 	if err := e.topUp(ctx, s); err != nil {
 		return fmt.Errorf("bench: %s: %w", s.name, err)
+	}
+	if s.ready != nil {
+		if err := s.ready(ctx, e); err != nil {
+			return fmt.Errorf("bench: %s: %w", s.name, err)
+		}
 	}
 	usedPool := e.pool
 	t := newTally(e.tg.Channel)

@@ -36,9 +36,11 @@ type scenario struct {
 	drive driver
 	// source makes the attack's callbacks from the run's order pool.
 	source func(*pool) source
-	// setup runs just before the attack; after just after it, before the
-	// invariants are checked. Either may be nil.
-	setup, after func(ctx context.Context, e *env) error
+	// setup runs before the row's fresh orders are topped up; ready after
+	// them, just before the attack (what the attack's figures time starts
+	// there, not before seeding that may take minutes); after just after
+	// the attack, before the invariants are checked. Any may be nil.
+	setup, ready, after func(ctx context.Context, e *env) error
 	// orders is how many fresh orders the attack may take, once setup ran
 	// (nil: a closed loop's worth for Config.Duration).
 	orders func(e *env) int
@@ -64,9 +66,9 @@ var scenarios = []scenario{
 	// First deliveries over a backlog of 1M expired claims, then while the
 	// retention loop deletes it (retention.go); ownStack: it deletes claims.
 	{name: retentionBefore, to: edgeCacheOn, ownStack: true, drive: withoutRetention("first", 0.5), source: fresh,
-		setup: seedExpiredClaims, orders: ordersWithout("first", 0.5)},
+		setup: seedExpiredClaims, ready: beginRetention, orders: ordersWithout("first", 0.5)},
 	{name: retentionDuring, to: edgeCacheOn, ownStack: true, drive: untilDeleted("first", 0.5), source: fresh,
-		setup: startRetention, after: finishRetention, orders: ordersUntilDeleted("first", 0.5)},
+		ready: startRetention, after: finishRetention, orders: ordersUntilDeleted("first", 0.5)},
 }
 
 // ceilings are the limits the scenarios are read against: the same

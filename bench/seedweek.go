@@ -47,12 +47,15 @@ var seedSession = []string{
 }
 
 // seedPlan is what one seeding writes: row counts by table, their
-// created_at spread evenly over Span ending EndAgo before now, oldest
-// first. Claims, outbox and review rows name orders among the first
-// Orders of the seeded ones (at least 1).
+// created_at spread evenly over Span ending EndAgo before At (zero: when
+// the seeding starts; one instant for every chunk, so that the rows'
+// times leave no gap where a chunk took long), oldest first. Claims,
+// outbox and review rows name orders among the first Orders of the
+// seeded ones (at least 1).
 type seedPlan struct {
 	Claims, Orders, Outbox, Reviews int64
 	Span, EndAgo                    time.Duration
+	At                              time.Time
 }
 
 // plan is the week's seedPlan.
@@ -92,8 +95,12 @@ func seedWeek(ctx context.Context, db *pgxpool.Pool, p seedPlan, rows map[string
 		// The refunds' statement walks the orders, writing a few of them.
 		say("seed: %d of %d rows walked (%.0f s)", total, claims+outbox+2*p.Orders+reviews, time.Since(start).Seconds())
 	}
+	at := p.At
+	if at.IsZero() {
+		at = start
+	}
 	args := func(lo, hi int64, n int64) []any {
-		return []any{lo, hi, n, span.Microseconds(), orders, p.EndAgo.Microseconds()}
+		return []any{lo, hi, n, span.Microseconds(), orders, p.EndAgo.Microseconds(), at}
 	}
 	chunked := func(sql string, n int64) func() error {
 		return func() error {
@@ -201,7 +208,7 @@ SELECT k.channel || ':' || k.id || ':' || k.ev, 'GW' || lpad(((g * 7919) % $5)::
             ELSE '{"http":200,"code":"SUCCESS","outcome":"skipped","status":"SHIPPED"}' END,
        k.at
   FROM generate_series($1::bigint, $2::bigint - 1) g,
-       LATERAL (SELECT now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) t,
+       LATERAL (SELECT $7::timestamptz - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) t,
        LATERAL (SELECT CASE WHEN g % 5 < 3 THEN 'wechatpay' ELSE 'alipay' END AS channel,
                        CASE WHEN g % 20 = 19 THEN 'PAY_CLOSED' WHEN g % 20 = 18 THEN 'REFUND_SUCCESS' ELSE 'PAY_SUCCESS' END AS ev) c,
        LATERAL (SELECT c.channel, c.ev, CASE
@@ -220,7 +227,7 @@ SELECT 'GW' || lpad(g::text, 10, '0'), s.status, 100 + (g * 37) % 50000, 'CNY', 
   FROM generate_series($1::bigint, $2::bigint - 1) g,
        LATERAL (SELECT CASE WHEN g % 100 < 8 THEN 'PENDING_PAY' WHEN g % 100 < 18 THEN 'PAID' WHEN g % 100 < 85 THEN 'SHIPPED'
                             WHEN g % 100 < 94 THEN 'CLOSED' ELSE 'REFUNDED' END AS status,
-                       now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) s
+                       $7::timestamptz - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) s
  WHERE $5::int > 0`
 
 	seedOutboxSQL = `INSERT INTO outbox (topic, order_no, payload, created_at, published_at)
@@ -230,7 +237,7 @@ SELECT p.topic, o.no,
        o.at, o.at + interval '30 milliseconds'
   FROM generate_series($1::bigint, $2::bigint - 1) g,
        LATERAL (SELECT 'GW' || lpad(((g * 7919) % $5)::text, 10, '0') AS no,
-                       now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) o,
+                       $7::timestamptz - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) o,
        LATERAL (SELECT CASE WHEN g % 20 < 17 THEN 'ORDER_PAID' WHEN g % 20 = 17 THEN 'ORDER_CLOSED' WHEN g % 20 = 18 THEN 'ORDER_REFUNDED' ELSE 'ORDER_PARTIALLY_REFUNDED' END AS topic,
                        CASE WHEN g % 20 < 17 THEN 'PAY_SUCCESS' WHEN g % 20 = 17 THEN 'PAY_CLOSED' ELSE 'REFUND_SUCCESS' END AS ev,
                        CASE WHEN g % 20 < 18 THEN 'PENDING_PAY' ELSE 'SHIPPED' END AS "from",
@@ -240,7 +247,7 @@ SELECT p.topic, o.no,
 	// and refund id; written for the orders lo..hi-1.
 	seedRefundsSQL = `INSERT INTO trade_refund (trade, refund_id, order_no, amount, created_at)
 SELECT 'T' || g, 'R' || g, 'GW' || lpad(g::text, 10, '0'), 100 + (g * 37) % 50000,
-       now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond'
+       $7::timestamptz - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond'
   FROM generate_series($1::bigint, $2::bigint - 1) g
  WHERE g % 100 >= 94 AND $5::int > 0`
 
@@ -254,7 +261,7 @@ SELECT 'wechatpay:42000' || lpad(g::text, 23, '0') || ':PAY_SUCCESS', 'GW' || lp
        r.at, CASE WHEN g % 10 <> 0 THEN r.at + interval '1 hour' END,
        CASE WHEN g % 10 <> 0 THEN 'refunded the second payment' END, CASE WHEN g % 10 <> 0 THEN 'ops' END
   FROM generate_series($1::bigint, $2::bigint - 1) g,
-       LATERAL (SELECT now() - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) r`
+       LATERAL (SELECT $7::timestamptz - ($4::bigint + $6::bigint) * interval '1 microsecond' + (g * ($4::bigint / $3::bigint)) * interval '1 microsecond' AS at) r`
 )
 
 // quiesce waits until what the seeding set going has settled, so that no
@@ -441,7 +448,9 @@ func seedCacheDay(ctx context.Context, rdb *redis.Client, n int, r *RedisSizing,
 			biz := id + strings.Repeat("0", max(0, bizLen-len(id)-len(":PAY_SUCCESS"))) + ":PAY_SUCCESS"
 			rand.Read(digest)
 			copy(value[1:33], digest)
-			ttl := day - time.Duration(n-i)*day/time.Duration(n) + time.Minute
+			// Spread over the day, the oldest entry first (in float: the
+			// day in ns times the index overflows int64).
+			ttl := time.Duration(float64(day)*float64(i)/float64(n)) + time.Minute
 			p.Set(ctx, prefix+biz+"}", string(value), ttl)
 		}
 		if _, err := p.Exec(ctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -31,7 +32,7 @@ func TestSoakQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rep.Slices) != 3 || len(rep.Samples) < 3 {
-		t.Errorf("%d slices and %d samples, want 3 slices and a sample a second", len(rep.Slices), len(rep.Samples))
+		t.Fatalf("%d slices and %d samples, want 3 slices and a sample a second", len(rep.Slices), len(rep.Samples))
 	}
 	last := rep.Samples[len(rep.Samples)-1]
 	if last.EdgedMiB <= 0 || last.ShipperMiB <= 0 || last.ForwarderMiB <= 0 || last.RedisMiB <= 0 || last.RedisKeys <= 0 || len(last.Tables) != 2 {
@@ -45,6 +46,37 @@ func TestSoakQuick(t *testing.T) {
 	}
 	if len(rep.Plots) != 2 || rep.P99First <= 0 || rep.RSSGrowth["edged"] <= 0 {
 		t.Errorf("plots %v, p99 first %.2f, rss growth %v", rep.Plots, rep.P99First, rep.RSSGrowth)
+	}
+	if _, ok := rep.MaxPastRetention["outbox"]; !ok || last.PastRetention == nil {
+		t.Errorf("the oldest rows' ages were not read: %v, last sample %v", rep.MaxPastRetention, last.PastRetention)
+	}
+}
+
+// The samples' checks: a process gone at a sample, a row too long past its
+// retention, and ages that could not be read each fail the soak.
+func TestSoakSampleChecks(t *testing.T) {
+	ok := func(at, claim float64) SoakSample {
+		return SoakSample{At: at, EdgedMiB: 100, ShipperMiB: 20, ForwarderMiB: 20,
+			PastRetention: map[string]float64{"notify_claim": claim, "outbox": -5}}
+	}
+	for _, c := range []struct {
+		name    string
+		samples []SoakSample
+		fails   string
+	}{
+		{"kept up", []SoakSample{ok(0, -300), ok(10, 30), ok(20, 119)}, ""},
+		{"fell behind", []SoakSample{ok(0, 30), ok(10, 121), ok(20, 30)}, "notify_claim row was 121 s past"},
+		{"forwarder gone", []SoakSample{ok(0, 0), {At: 10, EdgedMiB: 100, ShipperMiB: 20, PastRetention: map[string]float64{}}, ok(20, 0)}, "forwarder was gone at 10 s"},
+		{"ages unread", []SoakSample{ok(0, 0), {At: 10, EdgedMiB: 1, ShipperMiB: 1, ForwarderMiB: 1}, {At: 20, EdgedMiB: 1, ShipperMiB: 1, ForwarderMiB: 1}}, "read at 1 of 3 samples"},
+	} {
+		r := &SoakReport{Samples: c.samples, MaxPastRetention: map[string]float64{}}
+		_, err := r.checkSamples()
+		switch {
+		case c.fails == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.fails != "" && (err == nil || !strings.Contains(err.Error(), c.fails)):
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.fails)
+		}
 	}
 }
 
