@@ -97,13 +97,19 @@ func (e *env) serverSettings(ctx context.Context, settings [][2]string, reset bo
 	}
 }
 
+// notifyLock is how the log names the lock a NOTIFY takes at commit: no
+// callback's transaction notifies, so its waiter is the Store's
+// out-of-band notifier, whose commit comes at the protocol's Sync and is
+// logged with no STATEMENT line.
+const notifyLock = "AccessExclusiveLock on object 0 of class 1262 of database 0"
+
 // lockWaits reads the Postgres log from offset and returns its "still
 // waiting for" lines (log_lock_waits), each with the STATEMENT line that
 // follows it, split by whether the waiter is a callback: a session of a
 // callback pool (application_name callbackApp, which log_line_prefix puts
 // after the pid) other than the Store's out-of-band NOTIFY (pg_notify on
 // its own statement after a callback committed, which no callback waits
-// for).
+// for, named by its statement or by the lock it waits for).
 func lockWaits(path string, offset int64) (callbacks, others []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -140,7 +146,7 @@ func lockWaits(path string, offset int64) (callbacks, others []string, err error
 		if w.statement != "" {
 			entry += " | STATEMENT: " + w.statement
 		}
-		if waitingApp(w.line) == callbackApp && !strings.HasPrefix(w.statement, "SELECT pg_notify(") {
+		if waitingApp(w.line) == callbackApp && !strings.HasPrefix(w.statement, "SELECT pg_notify(") && !strings.Contains(w.line, notifyLock) {
 			callbacks = append(callbacks, entry)
 		} else {
 			others = append(others, entry)

@@ -178,6 +178,8 @@ func TestLockWaitsClassified(t *testing.T) {
 		"2026-12-03 09:03:19.155 UTC [4623] notifyedge STATEMENT:  SELECT pg_notify($1, '')",
 		"2026-12-03 09:03:19.156 UTC [4624] notifyedge STATEMENT:  WITH c AS MATERIALIZED (SELECT payload_hash FROM notify_claim) SELECT notifyedge_process($1)",
 		"2026-12-03 09:03:19.157 UTC [4625] notifyedge-retention LOG:  process 4625 still waiting for RowExclusiveLock on relation 16384 of database 5 after 50.0 ms",
+		// The notifier's commit at the protocol's Sync: no STATEMENT line.
+		"2026-12-03 09:03:20.001 UTC [4626] notifyedge LOG:  process 4626 still waiting for AccessExclusiveLock on object 0 of class 1262 of database 0 after 61.9 ms",
 	}, "\n") + "\n"
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
@@ -189,7 +191,7 @@ func TestLockWaitsClassified(t *testing.T) {
 	if len(callbacks) != 1 || !strings.Contains(callbacks[0], "[4624]") || !strings.Contains(callbacks[0], "notifyedge_process") {
 		t.Errorf("callback waits %q, want pid 4624's with its statement", callbacks)
 	}
-	if len(others) != 2 || !strings.Contains(others[0], "pg_notify") || !strings.Contains(others[1], "notifyedge-retention") {
-		t.Errorf("other waits %q, want the notifier's and retention's", others)
+	if len(others) != 3 || !strings.Contains(others[0], "pg_notify") || !strings.Contains(others[1], "notifyedge-retention") || !strings.Contains(others[2], "[4626]") {
+		t.Errorf("other waits %q, want the notifier's (with and without its statement) and retention's", others)
 	}
 }

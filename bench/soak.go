@@ -237,7 +237,13 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	}
 	span := cfg.Duration + tail
 	n := int64(float64(rep.Rate) * span.Seconds())
-	plan := seedPlan{Claims: n, Outbox: n, Orders: 1000, Span: span, EndAgo: durable.DefaultClaimRetention - lead - span, At: time.Now()}
+	// As many outbox rows as the hour inserts: the peak's payments tell
+	// how many events a payment writes.
+	var perClaim float64
+	if err := st.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox)::float8 / greatest((SELECT count(*) FROM notify_claim), 1)`).Scan(&perClaim); err != nil {
+		return rep, fmt.Errorf("soak: outbox rows per claim: %w", err)
+	}
+	plan := seedPlan{Claims: n, Outbox: int64(float64(n) * max(perClaim, 1)), Orders: 1000, Span: span, EndAgo: durable.DefaultClaimRetention - lead - span, At: time.Now()}
 	if err := seedWeek(ctx, st.db, plan, rep.Seeded, rep.SeedSeconds, say); err != nil {
 		return rep, err
 	}
@@ -381,7 +387,9 @@ func (st *soakStack) start(ctx context.Context, cfg SoakConfig) error {
 	pub, adm, fadm := freeAddr(), freeAddr(), freeAddr()
 	st.edgedAdmin, st.forwarderAdmin = "http://"+adm, "http://"+fadm
 	streamURL := "redis://" + st.stream.Addr()
-	st.edgedBin, st.edgedArgs = cfg.Edged, []string{"-listen", pub, "-admin-listen", adm, "-drain-delay", "0s"}
+	// Every callback comes from the one loopback address, as from behind a
+	// proxy: no per-address connection cap.
+	st.edgedBin, st.edgedArgs = cfg.Edged, []string{"-listen", pub, "-admin-listen", adm, "-drain-delay", "0s", "-max-conns-per-ip", "0"}
 	st.edgedEnv = []string{"DATABASE_URL=" + dbURL, "REDIS_URL=redis://" + st.cache.Addr(), "EDGE_STREAM_URL=" + streamURL,
 		"EDGE_SECRET_" + strings.ToUpper(Channel) + "=" + Secret}
 	if err := st.startEdged(ctx); err != nil {

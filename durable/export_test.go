@@ -100,6 +100,40 @@ func RelaySetting(ctx context.Context, s *Store, name string) (string, error) {
 	return v, err
 }
 
+// RelayNotificationsKept LISTENs on a connection configured as the
+// relay's, lets notify send n notifications from another session, reads
+// them in on a query, and returns how many the connection keeps (pgx
+// hands kept ones out one per WaitForNotification) and whether the relay
+// would know it was woken.
+func RelayNotificationsKept(ctx context.Context, s *Store, n int, notify func(context.Context) error) (kept int, woken bool, err error) {
+	s.relayWoken.Store(false)
+	conn, err := pgx.ConnectConfig(ctx, s.relayConnConfig())
+	if err != nil {
+		return 0, false, err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "LISTEN "+outboxChannel); err != nil {
+		return 0, false, err
+	}
+	for range n {
+		if err := notify(ctx); err != nil {
+			return 0, false, err
+		}
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1"); err != nil { // the notifications arrive ahead of its answer
+		return 0, false, err
+	}
+	for {
+		done, cancel := context.WithCancel(ctx)
+		cancel() // what is kept comes back at once; nothing is waited for
+		note, _ := conn.WaitForNotification(done)
+		if note == nil {
+			return kept, s.relayWoken.Load(), nil
+		}
+		kept++
+	}
+}
+
 // DecideTogether decides ns as group commit decides a batch of them (one
 // alone: the one-at-a-time statement), on s's callback pool, and returns
 // the first one's outcome.

@@ -132,14 +132,19 @@ func (s *Store) relayLead(ctx context.Context, conn *pgx.Conn, cfg RelayConfig, 
 		if n == cfg.Batch {
 			continue // more waiting
 		}
-		wctx, cancel := context.WithTimeout(ctx, cfg.Poll)
-		_, err = conn.WaitForNotification(wctx)
-		cancel()
-		if err != nil && ctx.Err() != nil {
-			return nil
-		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
-			return fmt.Errorf("relay: wait: %w", err)
+		// A notification that came during the batch means rows the batch
+		// may not have read: read again at once.
+		if !s.relayWoken.Swap(false) {
+			wctx, cancel := context.WithTimeout(ctx, cfg.Poll)
+			err = conn.PgConn().WaitForNotification(wctx)
+			cancel()
+			s.relayWoken.Store(false)
+			if err != nil && ctx.Err() != nil {
+				return nil
+			}
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
+				return fmt.Errorf("relay: wait: %w", err)
+			}
 		}
 		// Under load, wake-ups come every few milliseconds: the rows of
 		// several go in one batch (one read, one publish, one mark).
@@ -205,6 +210,12 @@ func (s *Store) relayConnConfig() *pgx.ConnConfig {
 	// The mark's commit was a flush of its own several hundred times a
 	// second under load.
 	cc.RuntimeParams["synchronous_commit"] = "off"
+	// Notifications only wake the relay: note that one came, keep none.
+	// pgx's default keeps each in a slice the relay took one from per
+	// batch, and the callbacks notify faster than a busy relay loops: the
+	// slice grew for as long as the load lasted (about 85 bytes a
+	// notification, 0.4 MB of heap a minute at 1,900 payments a second).
+	cc.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) { s.relayWoken.Store(true) }
 	return cc
 }
 

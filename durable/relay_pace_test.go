@@ -91,3 +91,22 @@ func TestRelayMarksCommitAsynchronously(t *testing.T) {
 		t.Errorf("the relay's synchronous_commit is %q, want off", got)
 	}
 }
+
+// The relay's connection keeps no notification: a burst of them, more
+// than a busy relay loops, only marks it woken. pgx's default kept each
+// in a slice the relay took one from per batch, which grew for as long
+// as callbacks notified faster than the relay looped.
+func TestRelayKeepsNoNotification(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	kept, woken, err := durable.RelayNotificationsKept(ctx, b.store, 200, func(ctx context.Context) error {
+		_, err := b.db.Exec(ctx, `SELECT pg_notify('notifyedge_outbox', '')`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept != 0 || !woken {
+		t.Errorf("after 200 notifications the relay's connection keeps %d and woken is %v; want none kept, woken", kept, woken)
+	}
+}

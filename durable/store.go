@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -134,6 +135,10 @@ type Store struct {
 	closing      chan struct{}
 	closeOnce    sync.Once
 	notifierDone chan struct{}
+	// relayWoken is set by a notification on the relay's connection and
+	// cleared as the relay goes to read: however many came meanwhile, one
+	// read covers them all.
+	relayWoken atomic.Bool
 }
 
 // preparedStatements are prepared on every new connection, so that the first
