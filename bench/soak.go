@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -164,22 +165,10 @@ type soakStack struct {
 
 func (c *SoakConfig) defaults() {
 	if c.Quick {
-		c.Duration, c.Slice, c.Sample, c.Warmup = cmpDur(c.Duration, 6*time.Second), cmpDur(c.Slice, 2*time.Second), cmpDur(c.Sample, time.Second), cmpDur(c.Warmup, 2*time.Second)
+		c.Duration, c.Slice, c.Sample, c.Warmup = cmp.Or(c.Duration, 6*time.Second), cmp.Or(c.Slice, 2*time.Second), cmp.Or(c.Sample, time.Second), cmp.Or(c.Warmup, 2*time.Second)
 	}
-	c.Duration, c.Slice, c.Sample, c.Warmup = cmpDur(c.Duration, time.Hour), cmpDur(c.Slice, time.Minute), cmpDur(c.Sample, 10*time.Second), cmpDur(c.Warmup, 10*time.Minute)
-	if c.Share == 0 {
-		c.Share = 0.5
-	}
-	if c.Workers == 0 {
-		c.Workers = 64
-	}
-}
-
-func cmpDur(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
+	c.Duration, c.Slice, c.Sample, c.Warmup = cmp.Or(c.Duration, time.Hour), cmp.Or(c.Slice, time.Minute), cmp.Or(c.Sample, 10*time.Second), cmp.Or(c.Warmup, 10*time.Minute)
+	c.Share, c.Workers = cmp.Or(c.Share, 0.5), cmp.Or(c.Workers, 64)
 }
 
 // RunSoak starts the stack, measures the peak, seeds the rows that will
@@ -434,6 +423,8 @@ func (st *soakStack) restartEdged(ctx context.Context) error {
 func (st *soakStack) sample(ctx context.Context, start time.Time, d time.Duration, rep *SoakReport) {
 	rdb := redis.NewClient(&redis.Options{Addr: st.cache.Addr()})
 	defer rdb.Close()
+	stream := redis.NewClient(&redis.Options{Addr: st.stream.Addr()})
+	defer stream.Close()
 	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
@@ -445,7 +436,7 @@ func (st *soakStack) sample(ctx context.Context, start time.Time, d time.Duratio
 		s.Unpublished, _ = count(ctx, st.db, `SELECT count(*) FROM outbox WHERE published_at IS NULL`)
 		s.Deleted = sumMetric(st.edgedAdmin, "notifyedge_retention_deleted_total", nil)
 		s.Tables, _ = tableSizes(ctx, st.db, "notify_claim", "outbox")
-		s.StreamForks = redisForks(ctx, st.stream.Addr())
+		s.StreamForks = redisForks(ctx, stream)
 		ages := map[string]float64{}
 		if sumMetric(st.edgedAdmin, "notifyedge_oldest_row_age_seconds", ages) >= 0 {
 			s.PastRetention = map[string]float64{
@@ -466,9 +457,7 @@ func (st *soakStack) sample(ctx context.Context, start time.Time, d time.Duratio
 }
 
 // redisForks is a Redis server's total_forks (0 if it cannot be read).
-func redisForks(ctx context.Context, addr string) int64 {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
+func redisForks(ctx context.Context, rdb *redis.Client) int64 {
 	info, err := rdb.InfoMap(ctx, "stats").Result()
 	if err != nil {
 		return 0
