@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 )
 
 // The grown rows: the "first" and "hotdup" rows again, over tables seeded
@@ -323,28 +323,13 @@ func tableSizes(ctx context.Context, db *pgxpool.Pool, tables ...string) ([]tabl
 	return out, nil
 }
 
-// parallel runs fs on at most n goroutines and returns their errors joined
-// (the first, wrapped).
+// parallel runs fs on at most n goroutines, waits for all, and returns
+// the first error.
 func parallel(n int, fs []func() error) error {
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
+	var g errgroup.Group
+	g.SetLimit(n)
 	for _, f := range fs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := f(); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		}()
+		g.Go(f)
 	}
-	wg.Wait()
-	return first
+	return g.Wait()
 }
