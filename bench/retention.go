@@ -283,21 +283,23 @@ func ordersWithout(of string, share float64) func(*env) int {
 }
 
 // ordersUntilDeleted is how many fresh orders untilDeleted may take: its
-// rate for as long as the backlog takes at deletionFloor rows a second,
-// but no longer than the attack may last (maxDeletion).
+// rate for as long as the backlog takes, but no longer than the attack may
+// last (maxDeletion). Retention walks the tables side by side, each at
+// what ages out (a few rows a second here) plus its catch-up rate, so the
+// larger table's backlog sets the time.
 func ordersUntilDeleted(of string, share float64) func(*env) int {
 	return func(e *env) int {
 		r := e.retention
-		secs := min(float64(r.figures.Backlog+r.outboxBacklog)/deletionFloor, maxDeletion.Seconds()) + e.cfg.Duration.Seconds()
+		backlog := float64(max(r.figures.Backlog, r.outboxBacklog))
+		secs := min(backlog/deletionRate, maxDeletion.Seconds()) + e.cfg.Duration.Seconds()
 		return int(float64(e.rateAt(of, share))*secs) + 1000
 	}
 }
 
-// deletionFloor is the slowest retention was seen to delete beside
-// callbacks at half the peak, in rows a second over its tables: 2,504
-// over a week of data, where its default pace allows 5,000. The orders
-// estimated at 3,333 (1.5 times the 5,000) ran out after 48 minutes.
-const deletionFloor = 2000
+// deletionRate is the rows a second retention deletes from one table
+// with a backlog: its default catch-up rate, the small rate of the rows
+// aging out left out so that the estimate errs long.
+const deletionRate = 1000
 
 // maxDeletion bounds the wait for the backlog to be deleted.
 const maxDeletion = time.Hour

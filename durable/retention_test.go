@@ -30,7 +30,7 @@ const (
 
 func testRetention() durable.RetentionConfig {
 	return durable.RetentionConfig{ClaimRetention: claimKeep, OutboxRetention: outboxKeep, ReviewRetention: reviewKeep,
-		Interval: 50 * time.Millisecond, Pause: time.Millisecond}
+		Interval: 50 * time.Millisecond, MinPause: time.Millisecond}
 }
 
 // retention is one RunRetention in the background.
@@ -448,6 +448,41 @@ func TestRetentionBatches(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(sizes, []int64{10, 10, 10, 5}) || c.Deleted["notify_claim"] != 35 {
 		t.Errorf("batches %v, deleted %v; want 10, 10, 10, 5", sizes, c.Deleted)
+	}
+}
+
+// The tables are walked side by side, each on its own schedule: a backlog
+// of claims does not hold the outbox's deletions back until it is worked
+// off.
+func TestRetentionWalksTablesSideBySide(t *testing.T) {
+	b := setup(t)
+	b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+		SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' - g * interval '1 second'
+		  FROM generate_series(1, 60) g`)
+	b.exec(t, `INSERT INTO outbox (topic, order_no, payload, created_at, published_at)
+		SELECT 'ORDER_PAID', 'O', '{}', now() - interval '100 hours', now() - interval '100 hours' + g * interval '1 second'
+		  FROM generate_series(1, 60) g`)
+	var mu sync.Mutex
+	var order []string
+	cfg := testRetention()
+	cfg.Batch = 10
+	cfg.OnDeleted = func(table string, _ int64) { mu.Lock(); order = append(order, table); mu.Unlock() }
+	c := retentionCycle(t, b.store, cfg)
+	mu.Lock()
+	defer mu.Unlock()
+	if c.Deleted[durable.TableClaim] != 60 || c.Deleted[durable.TableOutbox] != 60 {
+		t.Fatalf("deleted %v, want 60 claims and 60 outbox rows", c.Deleted)
+	}
+	// Six batches each; the outbox's first comes before the claims' last.
+	firstOutbox := slices.Index(order, durable.TableOutbox)
+	lastClaim := -1
+	for i, table := range order {
+		if table == durable.TableClaim {
+			lastClaim = i
+		}
+	}
+	if firstOutbox < 0 || firstOutbox > lastClaim {
+		t.Errorf("batches in the order %v: the outbox waited for every claim", order)
 	}
 }
 
