@@ -69,7 +69,11 @@ type RetentionConfig struct {
 	// at 50 a second, 4.3 million, takes 72 minutes). The tables are
 	// walked side by side, each on its own schedule.
 	CatchUpRate float64
-	// MinPause separates any two batches (default 10ms).
+	// MinPause separates any two batches (default 10ms); so does the
+	// previous batch's own duration, if longer: retention's session is
+	// never busy more than half the time, so a database too busy to give
+	// it what ages out leaves the tables growing (the oldest row's age
+	// says so), not the callbacks waiting.
 	MinPause time.Duration
 	// Interval is the sleep once nothing is old enough, and how often a
 	// standby node tries to become the leader (default 1m).
@@ -346,7 +350,7 @@ type retentionWalk struct {
 // retentionCycle works every table off, from one reading of the server's
 // clock (the clock that wrote the timestamps): the tables side by side,
 // each batch run when its table is due (retentionBudget), and never two
-// batches closer than MinPause.
+// batches closer than MinPause or than the previous batch took.
 func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) (map[string]int64, error) {
 	var now time.Time
 	if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
@@ -373,11 +377,16 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		if !wait.Sleep(ctx, time.Until(maxTime(w.sched.due, ready))) && ctx.Err() != nil {
 			return deleted, ctx.Err()
 		}
+		began := time.Now()
 		n, err := s.retentionBatch(ctx, conn, cfg, w)
 		if err != nil {
 			return deleted, wrap(ctx, "retention: delete from "+w.table.name, err)
 		}
-		ready = time.Now().Add(cfg.MinPause)
+		// Never busy more than half the time, whatever the schedule
+		// asks: a batch that took long met a busy database, and the
+		// callbacks come first. Where the database cannot give retention
+		// what ages out, the tables grow and the oldest row's age says so.
+		ready = time.Now().Add(max(cfg.MinPause, time.Since(began)))
 		if n > 0 {
 			deleted[w.table.name] += n
 			if cfg.OnDeleted != nil {
