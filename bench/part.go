@@ -27,6 +27,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/readiness"
 )
 
 // The stack's parts whose CPU the bench reports run as processes of their
@@ -232,7 +233,12 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 	if r.URLNetHTTP, err = serveLoopback(stops, hs.Serve, hs.Shutdown); err != nil {
 		return r, err
 	}
-	admin, err := admin.New(admin.Config{Deps: admin.Deps{Reviews: store, Postgres: store}, Metrics: metrics, Logger: logger})
+	checker := readiness.New(readiness.Config{Postgres: store.Ping})
+	rctx, stopReadiness := context.WithCancel(context.Background())
+	readinessDone := make(chan struct{})
+	go func() { defer close(readinessDone); checker.Run(rctx) }()
+	*stops = append(*stops, func() { stopReadiness(); <-readinessDone })
+	admin, err := admin.New(admin.Config{Deps: admin.Deps{Reviews: store}, Metrics: metrics, Logger: logger, Readiness: checker})
 	if err != nil {
 		return r, err
 	}

@@ -199,9 +199,10 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	if got := b.metric(t, `notifyedge_cache_breaker_open{node=""}`); got != 1 {
 		t.Errorf("breaker_open = %v, want 1 while Redis is down", got)
 	}
-	if code, ready := b.admin(t, "GET", "/readyz", "", ""); code != 200 || ready["redis"] != "degraded" {
-		t.Errorf("readyz with Redis down: %d %v", code, ready)
-	}
+	wait.For(t, "readyz 200 with redis degraded (its probes run every 500 ms)", func() (bool, string) {
+		code, ready := b.admin(t, "GET", "/readyz", "", "")
+		return code == 200 && ready["redis"] == "degraded", fmt.Sprint(code, ready)
+	})
 	b.invariants(t, n)
 
 	// Back, empty: the first duplicate per key replays from Postgres and

@@ -27,6 +27,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/edgetest"
+	"github.com/notifyedge/notifyedge/edge/readiness"
 )
 
 func TestMain(m *testing.M) { durabletest.Main(m) }
@@ -196,9 +197,14 @@ func setup(t testing.TB, o options) *bundle {
 	if o.epoch {
 		bumper = store
 	}
+	checker := readiness.New(readiness.Config{Postgres: store.Ping, Redis: redisState})
+	rctx, stopReadiness := context.WithCancel(context.Background())
+	readinessDone := make(chan struct{})
+	go func() { defer close(readinessDone); checker.Run(rctx) }()
+	t.Cleanup(func() { stopReadiness(); <-readinessDone })
 	admin, err := admin.New(admin.Config{Token: token, OrdersToken: otoken, Metrics: metrics,
-		Deps:     admin.Deps{Orders: store, Redrive: srv, Reviews: reviews, Postgres: store, CacheEpoch: bumper},
-		Draining: srv.Draining, RedisState: redisState, Logger: o.logger})
+		Deps:     admin.Deps{Orders: store, Redrive: srv, Reviews: reviews, CacheEpoch: bumper},
+		Draining: srv.Draining, Readiness: checker, Logger: o.logger})
 	if err != nil {
 		t.Fatal(err)
 	}

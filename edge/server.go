@@ -14,9 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/channel"
-	"github.com/valyala/fasthttp"
 )
 
 // Config configures a Server. Zero fields take the defaults noted.
@@ -170,10 +171,14 @@ var (
 	notifyPrefix   = []byte("/notify/")
 	headerReplayed = HeaderReplayed
 	valueTrue      = []byte("true")
-	methodNotPost  = "method not allowed: use POST"
-	noSuchPath     = "no such path: POST /notify/{channel}"
-	headerAllow    = "Allow"
-	valuePost      = []byte("POST")
+	// A 503 (Postgres unreachable, the budget spent) says when to come
+	// back: a failover takes seconds.
+	headerRetryAfter = []byte("Retry-After")
+	valueRetryAfter  = []byte("5")
+	methodNotPost    = "method not allowed: use POST"
+	noSuchPath       = "no such path: POST /notify/{channel}"
+	headerAllow      = "Allow"
+	valuePost        = []byte("POST")
 )
 
 // HandleFastHTTP is the fasthttp handler of the public endpoint.
@@ -230,6 +235,9 @@ func (s *Server) write(ctx *fasthttp.RequestCtx, x *exchange) {
 	}
 	if x.replayed {
 		ctx.Response.Header.SetBytesV(headerReplayed, valueTrue)
+	}
+	if x.verdict.HTTP == http.StatusServiceUnavailable {
+		ctx.Response.Header.SetBytesKV(headerRetryAfter, valueRetryAfter)
 	}
 	ctx.SetBody(x.body)
 }
@@ -329,6 +337,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if x.replayed {
 		w.Header().Set(headerReplayed, "true")
+	}
+	if x.verdict.HTTP == http.StatusServiceUnavailable {
+		w.Header().Set(string(headerRetryAfter), string(valueRetryAfter))
 	}
 	w.WriteHeader(x.verdict.HTTP)
 	_, _ = w.Write(x.body)

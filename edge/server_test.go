@@ -19,6 +19,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/edgetest"
+	"github.com/notifyedge/notifyedge/edge/readiness"
 )
 
 // authorityFunc is a fake of edge's own Authority interface.
@@ -60,15 +61,13 @@ func TestPanicIs500AndLogged(t *testing.T) {
 	}
 }
 
-// pingerFunc is a fake of edge's own Pinger interface.
-type pingerFunc func(context.Context) error
-
-func (f pingerFunc) Ping(ctx context.Context) error { return f(ctx) }
-
+// Postgres down, and no cache Redis to ask the other nodes whether they
+// lost it too: the node leaves rotation.
 func TestReadyzWhenPostgresIsDown(t *testing.T) {
 	b := setup(t, options{})
-	admin, err := admin.New(admin.Config{Metrics: edge.NewMetrics(nil), Deps: admin.Deps{Reviews: b.store,
-		Postgres: pingerFunc(func(context.Context) error { return errors.New("connection refused") })}})
+	checker := readiness.New(readiness.Config{Postgres: func(context.Context) error { return errors.New("connection refused") }})
+	checker.Probe(context.Background())
+	admin, err := admin.New(admin.Config{Metrics: edge.NewMetrics(nil), Deps: admin.Deps{Reviews: b.store}, Readiness: checker})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +80,7 @@ func TestReadyzWhenPostgresIsDown(t *testing.T) {
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 503 || !strings.Contains(string(raw), `"postgres":"down"`) {
+	if resp.StatusCode != 503 || !strings.Contains(string(raw), `"postgres":"down","outage":"unknown"`) {
 		t.Errorf("got %d %s", resp.StatusCode, raw)
 	}
 }
@@ -142,7 +141,8 @@ func TestNetHTTPAdapterSameAnswers(t *testing.T) {
 // are attached whole; then it serves them.
 func TestAdminStartingUntilAttached(t *testing.T) {
 	b := setup(t, options{})
-	a, err := admin.New(admin.Config{Token: adminToken, OrdersToken: ordersToken, Metrics: edge.NewMetrics(nil)})
+	a, err := admin.New(admin.Config{Token: adminToken, OrdersToken: ordersToken, Metrics: edge.NewMetrics(nil),
+		Readiness: readiness.New(readiness.Config{Postgres: b.store.Ping})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestAdminStartingUntilAttached(t *testing.T) {
 	if code, _ := b.admin(t, "GET", "/review", "", ""); code != 401 {
 		t.Errorf("no token before Attach: %d, want 401", code)
 	}
-	if err := a.Attach(admin.Deps{Orders: b.store, Reviews: b.store, Postgres: b.store}); err != nil {
+	if err := a.Attach(admin.Deps{Orders: b.store, Reviews: b.store}); err != nil {
 		t.Fatal(err)
 	}
 	if code, got := b.admin(t, "GET", "/readyz", "", ""); code != 200 || got["postgres"] != "ok" {

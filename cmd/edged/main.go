@@ -107,6 +107,9 @@ type Main struct {
 	stopRetention context.CancelFunc // retention runs on every node
 	retentionDone chan struct{}
 
+	stopReadiness context.CancelFunc // the probes /readyz reports
+	readinessDone chan struct{}
+
 	qmu              sync.Mutex // reconciler, reconcileMetrics, queriers, billRunner, billMetrics
 	queriers         map[string]reconcile.Querier
 	reconciler       *reconcile.Reconciler
@@ -125,7 +128,6 @@ type Main struct {
 var (
 	_ edge.Authority    = (*durable.Store)(nil)
 	_ admin.ReviewQueue = (*durable.Store)(nil)
-	_ admin.Pinger      = (*durable.Store)(nil)
 	_ edge.Backlog      = (*durable.Store)(nil)
 	_ edge.Cache        = (*claimcache.Cache)(nil)
 	_ admin.OrderStore  = (*durable.Store)(nil)
@@ -201,12 +203,13 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.relayState.Store("off")
 	m.relayDetail.Store("")
+	checker := m.startReadiness(redisState)
 	m.admin, err = admin.New(admin.Config{
 		Token:       cfg.AdminToken,
 		OrdersToken: cfg.OrdersToken,
 		Metrics:     metrics,
 		Draining:    m.server.Draining,
-		RedisState:  redisState,
+		Readiness:   checker,
 		RelayState:  func() string { return m.relayState.Load().(string) },
 		RelayDetail: func() string { return m.relayDetail.Load().(string) },
 		Channels:    names,
@@ -251,14 +254,17 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.startBills(metrics); err != nil {
 		return err
 	}
-	if err := m.admin.Attach(admin.Deps{Orders: store, Redrive: m.server, Reviews: store, Postgres: store, CacheEpoch: store,
-		Reconcile: adminReconciler{m.reconciler}, Bills: adminBills{r: m.billRunner, store: store, zone: cfg.BillsZone}}); err != nil {
-		return err
-	}
 	if m.cache != nil {
 		// Until the cache knows the database's epoch it answers nothing:
 		// read it now, not at its next tick (a failure is logged).
 		_ = m.cache.RefreshEpoch(ctx)
+	}
+	// Readiness from now on reports the database that just answered, not
+	// the probes' last round, which ran before it did.
+	checker.Probe(ctx)
+	if err := m.admin.Attach(admin.Deps{Orders: store, Redrive: m.server, Reviews: store, CacheEpoch: store,
+		Reconcile: adminReconciler{m.reconciler}, Bills: adminBills{r: m.billRunner, store: store, zone: cfg.BillsZone}}); err != nil {
+		return err
 	}
 	metrics.Starting.Set(0)
 	if cfg.StreamURL != "" && cfg.Relay {
@@ -370,6 +376,10 @@ func (m *Main) Close() error {
 	if m.stopRetention != nil {
 		m.stopRetention()
 		<-m.retentionDone
+	}
+	if m.stopReadiness != nil {
+		m.stopReadiness()
+		<-m.readinessDone
 	}
 	if m.stopReconcile != nil {
 		m.stopReconcile()

@@ -24,6 +24,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge"
 	"github.com/notifyedge/notifyedge/edge/admin/console"
+	"github.com/notifyedge/notifyedge/edge/readiness"
 )
 
 // ReviewQueue is the review queue the admin endpoints serve.
@@ -35,9 +36,11 @@ type ReviewQueue interface {
 	ResolveRedriven(ctx context.Context, id int64, resolution, by string, replayed bool) (bool, error)
 }
 
-// Pinger reports whether Postgres answers. *durable.Store satisfies it.
-type Pinger interface {
-	Ping(ctx context.Context) error
+// Readiness holds the last result of the probes /readyz reports: it
+// answers at once, whatever Postgres and Redis do. *readiness.Checker
+// satisfies it.
+type Readiness interface {
+	State() readiness.State
 }
 
 // Config configures the admin listener.
@@ -55,9 +58,11 @@ type Config struct {
 	Metrics *edge.Metrics
 	// Draining reports a drain in progress: /readyz then answers 503.
 	Draining func() bool
-	// RedisState and RelayState report "ok"/"degraded"/"off" and
-	// "running"/"degraded"/"standby"/"off" for /readyz (nil: "off").
-	RedisState, RelayState func() string
+	// Readiness is what /readyz reports of Postgres and Redis (required).
+	Readiness Readiness
+	// RelayState reports "running"/"degraded"/"standby"/"off" for /readyz
+	// (nil: "off").
+	RelayState func() string
 	// RelayDetail says why the relay is "degraded" ("" otherwise): /readyz
 	// shows it as relay_detail.
 	RelayDetail func() string
@@ -87,8 +92,6 @@ type Deps struct {
 	Bills BillBook
 	// Reviews serves /review (required).
 	Reviews ReviewQueue
-	// Postgres is pinged by /readyz (required).
-	Postgres Pinger
 }
 
 // Server is the admin listener: /metrics, /healthz, /readyz, the review
@@ -107,11 +110,11 @@ type Server struct {
 // New returns the admin listener for cfg: serving, with cfg.Deps attached
 // if they are set, or starting until Attach.
 func New(cfg Config) (*Server, error) {
-	if cfg.Metrics == nil {
-		return nil, errors.New("admin: Metrics is required")
+	if cfg.Metrics == nil || cfg.Readiness == nil {
+		return nil, errors.New("admin: Metrics and Readiness are required")
 	}
 	a := &Server{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
-	if cfg.Reviews != nil || cfg.Postgres != nil {
+	if cfg.Reviews != nil {
 		if err := a.Attach(cfg.Deps); err != nil {
 			return nil, err
 		}
@@ -136,8 +139,8 @@ func New(cfg Config) (*Server, error) {
 // once: until then the listener serves health, readiness ("starting") and
 // metrics, and answers 503 where Postgres is needed.
 func (a *Server) Attach(d Deps) error {
-	if d.Reviews == nil || d.Postgres == nil {
-		return errors.New("admin: Reviews and Postgres are required")
+	if d.Reviews == nil {
+		return errors.New("admin: Reviews is required")
 	}
 	a.deps.Store(&d)
 	return nil
@@ -265,33 +268,33 @@ func (a *Server) handleFastError(ctx *fasthttp.RequestCtx, err error) {
 	jsonError(ctx, code, msg)
 }
 
+// readyz answers from the probes' last result (Config.Readiness), never
+// waiting for Postgres or Redis: 200 while Postgres answers, or while
+// every node lost it ("outage":"shared": leaving rotation would refuse
+// what the cache still answers); 503 while starting, draining, or when
+// this node alone lost it, or cannot tell.
 func (a *Server) readyz(ctx *fasthttp.RequestCtx, d *Deps) {
-	state := func(f func() string) string {
-		if f == nil {
-			return "off"
-		}
-		return f()
-	}
+	st := a.cfg.Readiness.State()
 	body := struct {
 		Postgres    string `json:"postgres"`
+		Outage      string `json:"outage,omitempty"`
 		Redis       string `json:"redis"`
 		Relay       string `json:"relay"`
 		RelayDetail string `json:"relay_detail,omitempty"`
 		Draining    bool   `json:"draining,omitempty"`
-	}{Postgres: "ok", Redis: state(a.cfg.RedisState), Relay: state(a.cfg.RelayState)}
+	}{Postgres: st.Postgres, Outage: st.Outage, Redis: st.Redis, Relay: "off"}
+	if a.cfg.RelayState != nil {
+		body.Relay = a.cfg.RelayState()
+	}
 	if a.cfg.RelayDetail != nil {
 		body.RelayDetail = a.cfg.RelayDetail()
 	}
 	code := http.StatusOK
+	if !st.Ready() {
+		code = http.StatusServiceUnavailable
+	}
 	if d == nil {
-		body.Postgres, code = "starting", http.StatusServiceUnavailable
-	} else {
-		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := d.Postgres.Ping(pctx)
-		cancel()
-		if err != nil {
-			body.Postgres, code = "down", http.StatusServiceUnavailable
-		}
+		body.Postgres, body.Outage, code = "starting", "", http.StatusServiceUnavailable
 	}
 	if a.cfg.Draining != nil && a.cfg.Draining() {
 		body.Draining, code = true, http.StatusServiceUnavailable
