@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/notifyedge/notifyedge/claimcache"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/channel"
@@ -50,6 +52,13 @@ type exchange struct {
 	review   durable.ReviewReason
 	err      error
 	cached   []byte // the answer as the cache stores it
+	// cacheSeen is what the claim cache said (cacheHit, …; cacheOff
+	// without a cache), for the request's span.
+	cacheSeen string
+	// span is the request's server span and tctx its context; nil when
+	// the server has no tracer or the request is not routed.
+	span trace.Span
+	tctx context.Context
 }
 
 var exchanges = sync.Pool{New: func() any { return &exchange{body: make([]byte, 0, 256), path: PathRejected} }}
@@ -94,13 +103,17 @@ func (s *Server) decide(start time.Time, x *exchange) {
 	// Redis failure go on to Postgres.
 	var owned claimcache.Result
 	cacheUp := false
+	x.cacheSeen = cacheOff
 	if s.cache != nil {
-		r, err := s.cache.Claim(context.Background(), x.d.Key, x.d.Sum) // bounded by the call timeout and the cache's WaitBudget
+		cctx, span := s.child(x, "claim")
+		r, err := s.cache.Claim(cctx, x.d.Key, x.d.Sum) // bounded by the call timeout and the cache's WaitBudget
 		if err == nil && r.Verdict == claimcache.Busy {
-			wctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
+			wctx, cancel := context.WithDeadline(cctx, start.Add(s.durableBudget))
 			r, err = s.cache.Wait(wctx, x.d.Key, x.d.Sum)
 			cancel()
 		}
+		x.cacheSeen = cacheVerdict(r.Verdict, err)
+		endChild(span, err != nil)
 		if err == nil {
 			cacheUp = true
 			switch r.Verdict {
@@ -159,9 +172,12 @@ func (s *Server) decide(start time.Time, x *exchange) {
 // handler's goroutine.
 func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 	x.path = PathDurable
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(s.durableBudget))
+	base, span := s.child(x, "decide")
+	ctx, cancel := context.WithDeadline(base, start.Add(s.durableBudget))
 	defer cancel()
-	return s.auth().Process(ctx, s.notification(x))
+	res, err := s.auth().Process(ctx, s.notification(x))
+	endChild(span, err != nil)
+	return res, err
 }
 
 // notification copies the delivery out of request-scoped bytes. The trade

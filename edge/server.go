@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/channel"
@@ -51,6 +52,11 @@ type Config struct {
 	// take every slot. Behind a proxy every connection comes from the
 	// proxy: set it to no cap there and limit per source at the proxy.
 	MaxConnsPerIP int
+	// Tracer, when set, gives every routed callback a server span
+	// ("notify <channel>", a child of the traceparent it carries) with
+	// children for the claim and the decision (nil: no tracing, and no
+	// tracing branch taken on any path).
+	Tracer trace.Tracer
 }
 
 // Server is the public callback endpoint.
@@ -69,6 +75,7 @@ type Server struct {
 	maxConns      int
 	maxConnsPerIP int
 	cleanup       *cacheCleanup // nil without a cache
+	tracer        trace.Tracer  // nil: tracing off
 }
 
 // SetChannels replaces the channel set at once (a credentials reload): a
@@ -97,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 		maxBody:  cmp.Or(cfg.MaxBody, 64<<10),
 		log:      cmp.Or(cfg.Logger, slog.Default()),
 		maxConns: cmp.Or(cfg.Concurrency, 4096),
+		tracer:   cfg.Tracer,
 	}
 	s.maxConnsPerIP = max(cmp.Or(cfg.MaxConnsPerIP, 256), 0)
 	names := make([]string, 0, len(cfg.Channels))
@@ -199,12 +207,24 @@ func (s *Server) HandleFastHTTP(ctx *fasthttp.RequestCtx) {
 		x.req.ContentType = ctx.Request.Header.ContentType()
 		x.req.Body = ctx.PostBody()
 		x.req.Header = &ctx.Request.Header
-		s.decide(start, x)
+		s.traced(start, x)
 	} else if x.verdict.HTTP == http.StatusMethodNotAllowed {
 		ctx.Response.Header.SetBytesV(headerAllow, valuePost)
 	}
 	s.write(ctx, x)
 	s.finish(start, x)
+}
+
+// traced is decide within the request's server span when the server has a
+// tracer; without one, decide alone.
+func (s *Server) traced(start time.Time, x *exchange) {
+	if s.tracer == nil {
+		s.decide(start, x)
+		return
+	}
+	s.startTrace(start, x)
+	defer s.endTrace(x)
+	s.decide(start, x)
 }
 
 // route applies the rules both transports share: a POST under /notify/
@@ -328,7 +348,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.req.ContentType = []byte(r.Header.Get("Content-Type"))
 		x.req.Body = body
 		x.req.Header = httpHeader(r.Header)
-		s.decide(start, x)
+		s.traced(start, x)
 	case x.verdict.HTTP == http.StatusMethodNotAllowed:
 		w.Header().Set(headerAllow, http.MethodPost)
 	}

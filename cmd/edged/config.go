@@ -15,6 +15,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/reconcile"
+	"github.com/notifyedge/notifyedge/edge/tracing"
 )
 
 // Config is edged's configuration: flags, falling back to environment
@@ -51,6 +52,9 @@ type Config struct {
 	GroupCommit bool
 	Dev         bool
 	Channels    []ChannelConfig
+	// Tracing is on when the environment names an OTLP endpoint
+	// (tracing.Enabled): the SDK then reads its own variables.
+	Tracing bool
 
 	// ClaimRetention, OutboxRetention and ReviewRetention are retention's
 	// ages (durable.RetentionConfig): claims; published outbox and
@@ -169,6 +173,7 @@ func ParseConfig(args, env []string) (Config, error) {
 		return Config{}, fmt.Errorf("-bills-give-up (%s) must be later in the day than -bills-at (%s)", clockOf(c.BillsGiveUp), clockOf(c.BillsAt))
 	}
 	var err error
+	c.Tracing = tracing.Enabled(func(k string) string { return vars[k] })
 	c.DatabaseURL = vars["DATABASE_URL"]
 	c.RedisURL = vars["REDIS_URL"]
 	c.StreamURL = vars["EDGE_STREAM_URL"]

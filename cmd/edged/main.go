@@ -32,6 +32,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/reconcile"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bills"
+	"github.com/notifyedge/notifyedge/edge/tracing"
 )
 
 func main() {
@@ -110,6 +111,8 @@ type Main struct {
 	stopReadiness context.CancelFunc // the probes /readyz reports
 	readinessDone chan struct{}
 
+	tracing *tracing.Provider // nil: tracing off
+
 	qmu              sync.Mutex // reconciler, reconcileMetrics, queriers, billRunner, billMetrics
 	queriers         map[string]reconcile.Querier
 	reconciler       *reconcile.Reconciler
@@ -177,6 +180,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Tracing {
+		// The SDK reads its own variables (endpoint, sampler, headers,
+		// service name) from the process's environment.
+		if m.tracing, err = tracing.Setup(ctx, "edged", os.Getenv); err != nil {
+			return err
+		}
+	}
 	var cache edge.Cache
 	redisState := func() string { return "off" }
 	if cfg.RedisURL != "" {
@@ -197,6 +207,7 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxConnsPerIP: cmp.Or(cfg.MaxConnsPerIP, -1),
 		IdleTimeout:   cfg.IdleTimeout,
 		Logger:        m.Logger,
+		Tracer:        m.tracing.Tracer("github.com/notifyedge/notifyedge/edge"),
 	})
 	if err != nil {
 		return err
@@ -406,6 +417,11 @@ func (m *Main) Close() error {
 	if m.mini != nil {
 		m.mini.Close()
 	}
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := m.tracing.Shutdown(tctx); err != nil {
+		errs = append(errs, err)
+	}
+	tcancel()
 	if m.cluster != nil {
 		if err := m.cluster.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("remove dev postgres: %w", err))

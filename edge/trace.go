@@ -1,0 +1,94 @@
+package edge
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/notifyedge/notifyedge/claimcache"
+	"github.com/notifyedge/notifyedge/edge/tracing"
+)
+
+// The cache attribute's values: what the claim cache said of a delivery.
+const (
+	cacheOff      = "off"      // no cache configured
+	cacheHit      = "hit"      // answered from the cache
+	cacheWon      = "won"      // this request owns the delivery; Postgres decides
+	cacheMismatch = "mismatch" // same key, different content; Postgres decides
+	cacheBusy     = "busy"     // another request owned it past the wait; Postgres decides
+	cacheError    = "error"    // Redis failed or was slow; Postgres decides
+)
+
+// traceContext is the W3C propagator the server reads a channel's (or a
+// proxy's) traceparent with.
+var traceContext propagation.TraceContext
+
+// startTrace starts the request's server span, a child of the traceparent
+// the request carries if any, timed from start. Only with a tracer.
+func (s *Server) startTrace(start time.Time, x *exchange) {
+	parent := traceContext.Extract(context.Background(), tracing.HeaderCarrier{Header: x.req.Header})
+	x.tctx, x.span = s.tracer.Start(parent, "notify "+string(x.req.Channel),
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
+}
+
+// endTrace sets what the request came to on its span and ends it: the
+// channel, the outcome, the cache's verdict and the HTTP status; never a
+// body, a header or a key.
+func (s *Server) endTrace(x *exchange) {
+	name := UnknownChannel
+	if x.channel != nil {
+		name = x.channel.Name()
+	}
+	x.span.SetAttributes(
+		attribute.String("notifyedge.channel", name),
+		attribute.String("notifyedge.outcome", x.outcome.String()),
+		attribute.String("notifyedge.cache", x.cacheSeen),
+		attribute.Int("http.response.status_code", x.verdict.HTTP),
+	)
+	if x.verdict.HTTP >= 500 {
+		x.span.SetStatus(codes.Error, x.outcome.String())
+	}
+	x.span.End()
+}
+
+// child starts a child span of the request's and returns the context to
+// call with: context.Background() and no span when the request is not
+// traced.
+func (s *Server) child(x *exchange, name string) (context.Context, trace.Span) {
+	if x.span == nil {
+		return context.Background(), nil
+	}
+	return s.tracer.Start(x.tctx, name)
+}
+
+// endChild ends a child span (none: nothing), marked failed when failed.
+// The status says only that: an error's text may carry what the request
+// held.
+func endChild(span trace.Span, failed bool) {
+	if span == nil {
+		return
+	}
+	if failed {
+		span.SetStatus(codes.Error, "failed")
+	}
+	span.End()
+}
+
+// cacheVerdict names what the claim cache said of a delivery.
+func cacheVerdict(v claimcache.Verdict, err error) string {
+	switch {
+	case err != nil:
+		return cacheError
+	case v == claimcache.Done:
+		return cacheHit
+	case v == claimcache.Won:
+		return cacheWon
+	case v == claimcache.Mismatch:
+		return cacheMismatch
+	}
+	return cacheBusy
+}

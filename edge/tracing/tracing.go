@@ -1,0 +1,103 @@
+// Package tracing sets OpenTelemetry's SDK up from its own standard
+// variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER,
+// OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_HEADERS, …), exporting over
+// OTLP/HTTP. Without an endpoint it sets nothing up: the processes then hold
+// no tracer, and the request paths take no tracing branch at all.
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Enabled reports whether getenv configures an export: an OTLP endpoint
+// (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT),
+// and neither OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none.
+func Enabled(getenv func(string) string) bool {
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(getenv("OTEL_TRACES_EXPORTER"), "none") {
+		return false
+	}
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Provider is a process's tracer provider. A nil *Provider is tracing off:
+// its Tracer is nil and its Shutdown does nothing.
+type Provider struct {
+	sdk *sdktrace.TracerProvider
+}
+
+// Setup returns the process's Provider: nil when getenv configures no
+// export (Enabled), else an SDK provider exporting in batches over
+// OTLP/HTTP, its sampler, resource and exporter read by the SDK from the
+// process's environment, service the service name unless
+// OTEL_SERVICE_NAME says otherwise. It also installs the provider and the
+// W3C trace-context propagator as OpenTelemetry's globals, for the
+// instrumentations of the clients (pgx, go-redis) that read them.
+func Setup(ctx context.Context, service string, getenv func(string) string) (*Provider, error) {
+	if !Enabled(getenv) {
+		return nil, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
+	if err != nil {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the default.
+	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
+		if merged, err := resource.Merge(res, env); err == nil {
+			res = merged
+		}
+	}
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(sdk)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	return &Provider{sdk: sdk}, nil
+}
+
+// Tracer returns the named tracer, nil when tracing is off.
+func (p *Provider) Tracer(name string) trace.Tracer {
+	if p == nil {
+		return nil
+	}
+	return p.sdk.Tracer(name)
+}
+
+// Shutdown exports what is buffered and stops the exporter.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	if err := p.sdk.Shutdown(ctx); err != nil {
+		return fmt.Errorf("tracing: shutdown: %w", err)
+	}
+	return nil
+}
+
+// HeaderCarrier reads a request's trace context (traceparent, tracestate)
+// from any header reader with Peek: fasthttp's request header, or an
+// adapter over net/http's. It copies what it returns, so nothing it hands
+// the SDK refers to the request's buffers.
+type HeaderCarrier struct {
+	Header interface{ Peek(name string) []byte }
+}
+
+// Get returns the header's value, copied.
+func (c HeaderCarrier) Get(key string) string { return string(c.Header.Peek(key)) }
+
+// Set does nothing: the carrier only reads.
+func (HeaderCarrier) Set(string, string) {}
+
+// Keys lists the headers the W3C propagator reads.
+func (HeaderCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
