@@ -276,8 +276,12 @@ func (s *Store) processBatch(ctx context.Context, batch []*member) ([]answer, []
 		events[i], currencies[i], trades[i], refundIDs[i] = string(m.n.Event), m.n.Currency, m.n.Trade, m.n.RefundID
 		amounts[i], refundAmounts[i], cumulative[i] = m.n.Amount, m.n.RefundAmount, m.n.Cumulative
 	}
-	rows, err := s.pool.Query(ctx, sqlProcessBatch, keys, orders, hashes, bodies, events,
-		amounts, currencies, trades, refundIDs, refundAmounts, cumulative, s.group.lockTimeout)
+	sql, args := sqlProcessBatch, []any{keys, orders, hashes, bodies, events,
+		amounts, currencies, trades, refundIDs, refundAmounts, cumulative, s.group.lockTimeout}
+	if tps := traceparents(batch); tps != nil {
+		sql, args = sqlProcessBatchTraced, append(args, tps)
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, nil, wrap(ctx, "process batch", err)
 	}
@@ -314,6 +318,36 @@ func (s *Store) processBatch(ctx context.Context, batch []*member) ([]answer, []
 	}
 	return results, busy, nil
 }
+
+// traceparents is the batch's members' traceparents, in order, or nil
+// when none is sampled.
+func traceparents(batch []*member) []string {
+	var tps []string
+	for i, m := range batch {
+		if m.n.Traceparent == "" {
+			continue
+		}
+		if tps == nil {
+			tps = make([]string, len(batch))
+		}
+		tps[i] = m.n.Traceparent
+	}
+	return tps
+}
+
+// sqlProcessBatchTraced is sqlProcessBatch for a batch with sampled
+// callbacks: the same decisions, and the traceparents ($13) of the members
+// that applied kept in notify_trace by the same statement (after the
+// batch's function, from its answers: a busy member, decided again alone,
+// writes its own).
+var sqlProcessBatchTraced = `WITH d AS MATERIALIZED (
+` + sqlProcessBatch + `
+), tr AS (
+  INSERT INTO notify_trace (biz_key, traceparent)
+  SELECT ($1::text[])[d.o_idx], ($13::text[])[d.o_idx] FROM d
+   WHERE d.o_outcome = 'applied' AND ($13::text[])[d.o_idx] <> ''
+  ON CONFLICT DO NOTHING)
+SELECT * FROM d`
 
 // busyOutcome is the batch's answer for a member whose key or order another
 // transaction held.

@@ -57,6 +57,10 @@ type Notification struct {
 	// ("" is a callback). Such a delivery is decided in a transaction of
 	// its own, never in a group commit's batch.
 	Via string
+	// Traceparent is the W3C traceparent of the callback's decision when
+	// its trace is sampled ("" otherwise): an applied delivery's is kept
+	// (notify_trace) for the relay to carry with the outbox row's event.
+	Traceparent string
 }
 
 // The paths an outbox payload's "via" names: ViaQuery, ViaBill and
@@ -89,6 +93,8 @@ func (n *Notification) validate() error {
 		return bad("trade")
 	case len(n.RefundID) > 64:
 		return bad("refund_id")
+	case n.Traceparent != "" && len(n.Traceparent) != traceparentLen:
+		return bad("traceparent")
 	}
 	if _, ok := ParseChannelEvent([]byte(n.Event)); !ok {
 		return bad("event_type")
@@ -151,6 +157,26 @@ func textSafe(b []byte) []byte {
 // initialisation of every event's constants on every call (about 5 % of a
 // first delivery's CPU).
 var processSQL = buildProcessSQL()
+
+// processTracedSQL is processSQL for a sampled callback: the same
+// decision, and, when it applied, the callback's traceparent ($12) kept
+// in notify_trace by the same statement.
+var processTracedSQL = func() map[Event]string {
+	out := make(map[Event]string, len(processSQL))
+	for e, sql := range processSQL {
+		out[e] = `WITH d (o_outcome, o_status, o_result, o_review) AS MATERIALIZED (
+` + sql + `
+), tr AS (
+  INSERT INTO notify_trace (biz_key, traceparent)
+  SELECT $1, $12 FROM d WHERE d.o_outcome = 'applied'
+  ON CONFLICT DO NOTHING)
+SELECT * FROM d`
+	}
+	return out
+}()
+
+// traceparentLen is a W3C traceparent's length (version 00).
+const traceparentLen = 55
 
 // sqlProcess is the payment's statement, the event of nearly every first
 // delivery: the Store prepares it on every new connection. The other
@@ -249,11 +275,14 @@ func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notification) (Result, error) {
 	var outcome, status, result, review *string
 	decide := func(q rowQuerier) error {
-		return q.QueryRow(ctx, processSQL[n.Event],
-			n.BizKey, n.OrderNo, n.Digest, textSafe(n.RawBody),
+		args := []any{n.BizKey, n.OrderNo, n.Digest, textSafe(n.RawBody),
 			string(n.Event), n.Amount, n.Currency,
-			n.Trade, n.RefundID, n.RefundAmount, n.Cumulative,
-		).Scan(&outcome, &status, &result, &review)
+			n.Trade, n.RefundID, n.RefundAmount, n.Cumulative}
+		sql := processSQL[n.Event]
+		if n.Traceparent != "" {
+			sql, args = processTracedSQL[n.Event], append(args, n.Traceparent)
+		}
+		return q.QueryRow(ctx, sql, args...).Scan(&outcome, &status, &result, &review)
 	}
 	var err error
 	if n.Via == "" {

@@ -155,7 +155,12 @@ func (s *Store) relayLead(ctx context.Context, conn *pgx.Conn, cfg RelayConfig, 
 }
 
 const (
-	sqlUnpublished = `SELECT id, coalesce(event_id::text, ''), topic, order_no, payload::text, created_at FROM outbox
+	// The trace context is a probe of notify_trace's primary key per row,
+	// by the biz_key a callback's payload names (a scalar subquery, so the
+	// walk of the unpublished rows is planned as before).
+	sqlUnpublished = `SELECT id, coalesce(event_id::text, ''), topic, order_no, payload::text, created_at,
+       coalesce((SELECT t.traceparent FROM notify_trace t WHERE t.biz_key = outbox.payload->>'biz_key'), '')
+  FROM outbox
 WHERE published_at IS NULL ORDER BY id LIMIT $1`
 	sqlMarkPublished = `UPDATE outbox SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL`
 )
@@ -173,7 +178,7 @@ func (s *Store) relayBatch(ctx context.Context, conn *pgx.Conn, cfg RelayConfig)
 	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxMessage, error) {
 		var m OutboxMessage
 		var payload string
-		err := r.Scan(&m.ID, &m.EventID, &m.Topic, &m.OrderNo, &payload, &m.CreatedAt)
+		err := r.Scan(&m.ID, &m.EventID, &m.Topic, &m.OrderNo, &payload, &m.CreatedAt, &m.Traceparent)
 		m.Payload = []byte(payload)
 		return m, err
 	})

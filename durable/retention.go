@@ -37,10 +37,11 @@ const (
 	TableOutbox        = "outbox"
 	TableConsumerInbox = "consumer_inbox"
 	TableReview        = "notify_review"
+	TableTrace         = "notify_trace"
 )
 
 // RetentionTables lists the tables retention deletes from.
-var RetentionTables = []string{TableClaim, TableOutbox, TableConsumerInbox, TableReview}
+var RetentionTables = []string{TableClaim, TableOutbox, TableConsumerInbox, TableReview, TableTrace}
 
 // RetentionConfig configures RunRetention. Zero fields take the defaults
 // noted.
@@ -49,8 +50,9 @@ type RetentionConfig struct {
 	// (default DefaultClaimRetention; below MinClaimRetention is refused).
 	ClaimRetention time.Duration
 	// OutboxRetention: published outbox rows older than this by
-	// published_at, and consumer-inbox rows older than this by
-	// processed_at, are deleted (default DefaultOutboxRetention).
+	// published_at, consumer-inbox rows older than this by processed_at,
+	// and trace contexts (notify_trace) older than this by created_at, are
+	// deleted (default DefaultOutboxRetention).
 	// Unpublished rows are never deleted.
 	OutboxRetention time.Duration
 	// ReviewRetention: resolved review rows older than this by resolved_at
@@ -172,6 +174,8 @@ var retentionPlan = []retentionTable{
 		byID: true, batch: sqlOutboxRetentionBatch},
 	{name: TableConsumerInbox, col: "processed_at", keep: func(c RetentionConfig) time.Duration { return c.OutboxRetention }},
 	{name: TableReview, col: "resolved_at", keep: func(c RetentionConfig) time.Duration { return c.ReviewRetention }},
+	// A sampled callback's trace context goes with its outbox row.
+	{name: TableTrace, col: "created_at", keep: func(c RetentionConfig) time.Duration { return c.OutboxRetention }},
 }
 
 func init() {
@@ -442,12 +446,14 @@ const sqlOldestRowAges = `SELECT
      WHERE ` + sqlClaimNotUnderReview + ` ORDER BY created_at LIMIT 1)), 0)::float8,
   coalesce(extract(epoch FROM now() - (SELECT published_at FROM outbox ORDER BY id LIMIT 1)), 0)::float8,
   coalesce(extract(epoch FROM now() - (SELECT min(processed_at) FROM consumer_inbox)), 0)::float8,
-  coalesce(extract(epoch FROM now() - (SELECT min(resolved_at) FROM notify_review WHERE resolved_at IS NOT NULL)), 0)::float8`
+  coalesce(extract(epoch FROM now() - (SELECT min(resolved_at) FROM notify_review WHERE resolved_at IS NOT NULL)), 0)::float8,
+  coalesce(extract(epoch FROM now() - (SELECT min(created_at) FROM notify_trace)), 0)::float8`
 
 // OldestRowAges returns, by table (RetentionTables), the age of its oldest
 // row of the kind retention deletes: a claim no open review names, by
 // created_at, a published outbox row by published_at, a consumer-inbox row
-// by processed_at, a resolved review row by resolved_at; 0 when the table
+// by processed_at, a resolved review row by resolved_at, a trace context
+// by created_at; 0 when the table
 // holds none. For the outbox it is the first row's, in id order, the row
 // retention deletes next; 0 when that row is not published yet (then the
 // relay is behind, not retention:
@@ -457,12 +463,12 @@ const sqlOldestRowAges = `SELECT
 // probe per table, under the same planner settings as OutboxBacklog (stale
 // statistics must not turn a probe into a scan).
 func (s *Store) OldestRowAges(ctx context.Context) (map[string]time.Duration, error) {
-	var secs [4]float64
+	var secs [5]float64
 	err := pgx.BeginTxFunc(ctx, s.ops, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlIndexOrderOnly); err != nil {
 			return fmt.Errorf("planner settings: %w", err)
 		}
-		return tx.QueryRow(ctx, sqlOldestRowAges).Scan(&secs[0], &secs[1], &secs[2], &secs[3])
+		return tx.QueryRow(ctx, sqlOldestRowAges).Scan(&secs[0], &secs[1], &secs[2], &secs[3], &secs[4])
 	})
 	if err != nil {
 		return nil, wrap(ctx, "oldest row ages", err)

@@ -161,6 +161,9 @@ func TestRetentionDeletesOnlyWhatIsOld(t *testing.T) {
 	review("resolved-95h", hours(1000), ptr(hours(95)))
 	review("resolved-73h", hours(1000), ptr(hours(73))) // past the outbox retention only
 	review("open-1000h", hours(1000), nil)
+	b.exec(t, `INSERT INTO notify_trace (biz_key, traceparent, created_at) VALUES
+		('trace-73h', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', now() - interval '73 hours'),
+		('trace-71h', '00-4bf92f3577b34da6a3ce929d0e0e4737-00f067aa0ba902b7-01', now() - interval '71 hours')`)
 	// An order, its payment and refunds, all long past every retention.
 	b.seed(t, "O-old", durable.Refunded, 100, "test:T-old", 100, refund{"test:T-old", "R1", 40}, refund{"test:T-old", "", 60})
 	b.exec(t, `UPDATE biz_order SET updated_at = now() - interval '5000 hours'`)
@@ -180,7 +183,7 @@ func TestRetentionDeletesOnlyWhatIsOld(t *testing.T) {
 	}
 	c := retentionCycle(t, b.store, cfg)
 
-	want := map[string]int64{"notify_claim": 2, "outbox": 1, "consumer_inbox": 1, "notify_review": 1}
+	want := map[string]int64{"notify_claim": 2, "outbox": 1, "consumer_inbox": 1, "notify_review": 1, "notify_trace": 1}
 	if d := cmp.Diff(want, c.Deleted); d != "" {
 		t.Errorf("cycle's deleted counts (-want +got):\n%s", d)
 	}
@@ -195,6 +198,9 @@ func TestRetentionDeletesOnlyWhatIsOld(t *testing.T) {
 	if d := cmp.Diff([]string{"O-paid", "published-49h", "published-71h", "unpublished-1000h"},
 		b.strings(t, `SELECT order_no FROM outbox`)); d != "" {
 		t.Errorf("outbox rows kept (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"trace-71h"}, b.strings(t, `SELECT biz_key FROM notify_trace`)); d != "" {
+		t.Errorf("trace contexts kept (-want +got):\n%s", d)
 	}
 	if d := cmp.Diff([]string{"inbox-71h"}, b.strings(t, `SELECT consumer FROM consumer_inbox`)); d != "" {
 		t.Errorf("consumer-inbox rows kept (-want +got):\n%s", d)
@@ -520,7 +526,7 @@ func TestOldestRowAges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(map[string]time.Duration{"notify_claim": 0, "outbox": 0, "consumer_inbox": 0, "notify_review": 0}, ages); d != "" {
+	if d := cmp.Diff(map[string]time.Duration{"notify_claim": 0, "outbox": 0, "consumer_inbox": 0, "notify_review": 0, "notify_trace": 0}, ages); d != "" {
 		t.Errorf("empty database (-want +got):\n%s", d)
 	}
 	// The oldest claim is named by an open review: retention keeps it, so
@@ -538,10 +544,13 @@ func TestOldestRowAges(t *testing.T) {
 		('open', 'O', 'UNKNOWN_ORDER', repeat('0', 64), '{}', now() - interval '900 hours', NULL),
 		('held', 'O', 'PAYLOAD_CONFLICT', repeat('0', 64), '{}', now() - interval '900 hours', NULL),
 		('done', 'O', 'UNKNOWN_ORDER', repeat('0', 64), '{}', now() - interval '900 hours', now() - interval '40 hours')`)
+	b.exec(t, `INSERT INTO notify_trace (biz_key, traceparent, created_at) VALUES
+		('t1', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', now() - interval '50 hours'),
+		('t2', '00-4bf92f3577b34da6a3ce929d0e0e4737-00f067aa0ba902b7-01', now())`)
 	if ages, err = b.store.OldestRowAges(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for table, h := range map[string]int{"notify_claim": 10, "outbox": 20, "consumer_inbox": 30, "notify_review": 40} {
+	for table, h := range map[string]int{"notify_claim": 10, "outbox": 20, "consumer_inbox": 30, "notify_review": 40, "notify_trace": 50} {
 		if got := ages[table]; got < time.Duration(h)*time.Hour || got > time.Duration(h)*time.Hour+time.Minute {
 			t.Errorf("%s: %v, want %dh", table, got, h)
 		}

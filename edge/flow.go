@@ -175,7 +175,11 @@ func (s *Server) process(start time.Time, x *exchange) (durable.Result, error) {
 	base, span := s.child(x, "decide")
 	ctx, cancel := context.WithDeadline(base, start.Add(s.durableBudget))
 	defer cancel()
-	res, err := s.auth().Process(ctx, s.notification(x))
+	n := s.notification(x)
+	if span != nil {
+		n.Traceparent = sampledTraceparent(span)
+	}
+	res, err := s.auth().Process(ctx, n)
 	endChild(span, err != nil)
 	return res, err
 }

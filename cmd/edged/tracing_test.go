@@ -8,8 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
+	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/wait"
 	"github.com/notifyedge/notifyedge/edge/tracing/tracingtest"
 )
@@ -33,7 +36,7 @@ func TestTraceOfOneCallback(t *testing.T) {
 	rs := persistentRedis(t)
 	dbURL := durabletest.NewDatabase(t)
 	m := runMain(t, slog.New(slog.NewTextHandler(io.Discard, nil)), "DATABASE_URL="+dbURL, "REDIS_URL="+rs.URL(),
-		"EDGE_SECRET_ACME="+secret, "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.Endpoint())
+		"EDGE_STREAM_URL="+rs.URL(), "EDGE_SECRET_ACME="+secret, "OTEL_EXPORTER_OTLP_ENDPOINT="+rcv.Endpoint())
 	if err := pgtemp.SeedOrders(context.Background(), dbURL, []pgtemp.Order{{No: "O-t", Status: "PENDING_PAY", Amount: 5, Currency: "CNY"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +109,16 @@ func TestTraceOfOneCallback(t *testing.T) {
 			}
 		}
 	}
+	// The relay carries the decision's trace context with the event, for
+	// the consumers (the forwarder sends it on as the webhook's
+	// traceparent).
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer client.Close()
+	want := "00-" + callerTrace + "-" + children["decide"].SpanID + "-01"
+	wait.For(t, "the event in the stream with the callback's traceparent", func() (bool, string) {
+		msgs, err := client.XRange(context.Background(), redisstream.DefaultStream, "-", "+").Result()
+		return len(msgs) == 1 && msgs[0].Values[redisstream.FieldTraceparent] == want, fmt.Sprint(msgs, err, " want ", want)
+	})
 	if errs := rcv.Errors(); len(errs) > 0 {
 		t.Errorf("the receiver could not decode: %v", errs)
 	}

@@ -118,7 +118,8 @@ func (f *forwarder) addDead(ctx context.Context, xm redis.XMessage, reason strin
 // deadValues is the original entry's fields (the relay's first, in its
 // order, then any others sorted) plus why it died.
 func deadValues(xm redis.XMessage, reason string, attempts int) []any {
-	known := []string{redisstream.FieldOutboxID, redisstream.FieldEventID, redisstream.FieldTopic, redisstream.FieldOrderNo, redisstream.FieldPayload}
+	known := []string{redisstream.FieldOutboxID, redisstream.FieldEventID, redisstream.FieldTopic, redisstream.FieldOrderNo, redisstream.FieldPayload,
+		redisstream.FieldTraceparent}
 	var vals []any
 	for _, k := range known {
 		if v, ok := xm.Values[k]; ok {
@@ -280,7 +281,7 @@ func (f *forwarder) redeliver(ctx, work context.Context, m redisstream.Message, 
 	cfg := f.cfg
 	giveUp := time.Now().Add(cfg.RedriveGiveUp)
 	for attempt := 1; ; attempt++ {
-		err := f.sender.post(work, webhookID(m), body)
+		err := f.sender.post(work, webhookID(m), m.Traceparent, body)
 		if err == nil {
 			return nil
 		}

@@ -227,6 +227,8 @@ type accepted struct {
 	Order    string
 	Body     string
 	At       time.Time
+	// Traceparent is the request's traceparent header ("" without one).
+	Traceparent string
 }
 
 // verdict is how the receiver answers one request.
@@ -323,7 +325,8 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		v = r.behave(doc.OrderNo, doc.OutboxID, r.attempts[row])
 	}
 	if v.status >= 200 && v.status < 300 {
-		r.accepted = append(r.accepted, accepted{ID: id, OutboxID: doc.OutboxID, Order: doc.OrderNo, Body: string(body), At: time.Now()})
+		r.accepted = append(r.accepted, accepted{ID: id, OutboxID: doc.OutboxID, Order: doc.OrderNo, Body: string(body), At: time.Now(),
+			Traceparent: req.Header.Get("traceparent")})
 	}
 	r.mu.Unlock()
 	if v.delay > 0 {

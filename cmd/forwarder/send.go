@@ -37,7 +37,7 @@ func webhookID(m redisstream.Message) string {
 // post sends one event and returns nil on a 2xx. The timestamp is taken
 // afresh for every attempt, so a retry after minutes is not refused as
 // stale by a receiver that checks it.
-func (s *sender) post(ctx context.Context, id string, body []byte) error {
+func (s *sender) post(ctx context.Context, id, traceparent string, body []byte) error {
 	ts := time.Now().Unix()
 	sig, err := channel.SignWebhook(s.secret, id, ts, body)
 	if err != nil {
@@ -52,6 +52,10 @@ func (s *sender) post(ctx context.Context, id string, body []byte) error {
 	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", sig)
+	if traceparent != "" {
+		// The callback's trace: the receiver's spans can join it.
+		req.Header.Set("traceparent", traceparent)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return err // net/http strips a password from the URL it quotes
@@ -120,10 +124,30 @@ func decode(xm redis.XMessage) (redisstream.Message, error) {
 	}
 	m := redisstream.Message{StreamID: xm.ID, OutboxID: id, EventID: str(redisstream.FieldEventID), Topic: str(redisstream.FieldTopic),
 		OrderNo: str(redisstream.FieldOrderNo), Payload: str(redisstream.FieldPayload)}
+	if tp := str(redisstream.FieldTraceparent); validTraceparent(tp) {
+		m.Traceparent = tp // anything else is dropped, not sent on as a header
+	}
 	if m.OrderNo == "" {
 		return m, fmt.Errorf("entry %s: no %s", xm.ID, redisstream.FieldOrderNo)
 	}
 	return m, nil
+}
+
+// validTraceparent reports whether tp is a W3C traceparent of version 00
+// ("00-<32 hex>-<16 hex>-<2 hex>"), the only form the relay writes.
+func validTraceparent(tp string) bool {
+	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
+		return false
+	}
+	for i, c := range []byte(tp) {
+		if i == 2 || i == 35 || i == 52 {
+			continue
+		}
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // entryTime is the time in a stream id "ms-seq": Redis's clock at XADD.

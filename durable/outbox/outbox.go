@@ -21,6 +21,10 @@ type Message struct {
 	OrderNo   string
 	Payload   []byte // the JSON payload
 	CreatedAt time.Time
+	// Traceparent is the W3C traceparent of the sampled callback whose
+	// decision wrote the row ("" for none): a consumer's work joins that
+	// trace.
+	Traceparent string
 }
 
 // Publisher delivers outbox rows to a downstream broker. Publish returns nil

@@ -33,9 +33,12 @@ const DefaultStream = "notifyedge:outbox"
 const (
 	FieldOutboxID = "outbox_id"
 	FieldEventID  = "event_id" // absent on entries of rows written before event ids
-	FieldTopic    = "topic"
-	FieldOrderNo  = "order_no"
-	FieldPayload  = "payload"
+	// FieldTraceparent is the W3C traceparent of the sampled callback the
+	// event came from (absent for the others).
+	FieldTraceparent = "traceparent"
+	FieldTopic       = "topic"
+	FieldOrderNo     = "order_no"
+	FieldPayload     = "payload"
 )
 
 // Publisher publishes outbox rows to one stream.
@@ -111,6 +114,9 @@ func (p *Publisher) xadd(ctx context.Context, pipe redis.Pipeliner, msgs []outbo
 		values := []any{FieldOutboxID, m.ID, FieldTopic, m.Topic, FieldOrderNo, m.OrderNo, FieldPayload, m.Payload}
 		if m.EventID != "" {
 			values = append(values, FieldEventID, m.EventID)
+		}
+		if m.Traceparent != "" {
+			values = append(values, FieldTraceparent, m.Traceparent)
 		}
 		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.stream, Values: values})
 	}
@@ -214,6 +220,8 @@ type Message struct {
 	Topic    string
 	OrderNo  string
 	Payload  string
+	// Traceparent is the sampled callback's W3C traceparent ("" for none).
+	Traceparent string
 }
 
 // ConsumerConfig configures RunConsumer. Zero fields take the defaults noted.
@@ -394,7 +402,8 @@ func decode(xm redis.XMessage) (Message, error) {
 	if err != nil {
 		return Message{}, fmt.Errorf("message %s: bad %s %q", xm.ID, FieldOutboxID, str(FieldOutboxID))
 	}
-	return Message{StreamID: xm.ID, OutboxID: id, EventID: str(FieldEventID), Topic: str(FieldTopic), OrderNo: str(FieldOrderNo), Payload: str(FieldPayload)}, nil
+	return Message{StreamID: xm.ID, OutboxID: id, EventID: str(FieldEventID), Topic: str(FieldTopic), OrderNo: str(FieldOrderNo),
+		Payload: str(FieldPayload), Traceparent: str(FieldTraceparent)}, nil
 }
 
 // NewClient returns a go-redis client for a stream URL (the cache's URL
