@@ -62,6 +62,7 @@ type Config struct {
 // Server is the public callback endpoint.
 type Server struct {
 	channels      atomic.Pointer[map[string]channel.Channel] // swapped whole by SetChannels
+	spanNames     atomic.Pointer[map[string]string]          // the channels' server span names, with them
 	authority     atomic.Pointer[Authority]                  // nil until SetAuthority
 	cache         Cache
 	budget        time.Duration
@@ -89,6 +90,11 @@ func (s *Server) SetChannels(chs []channel.Channel) error {
 		}
 		set[ch.Name()] = ch
 	}
+	names := make(map[string]string, len(set))
+	for name := range set {
+		names[name] = "notify " + name
+	}
+	s.spanNames.Store(&names)
 	s.channels.Store(&set)
 	return nil
 }

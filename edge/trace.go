@@ -31,14 +31,32 @@ var traceContext propagation.TraceContext
 // the request carries if any, timed from start. Only with a tracer.
 func (s *Server) startTrace(start time.Time, x *exchange) {
 	parent := traceContext.Extract(context.Background(), tracing.HeaderCarrier{Header: x.req.Header})
-	x.tctx, x.span = s.tracer.Start(parent, "notify "+string(x.req.Channel),
+	x.tctx, x.span = s.tracer.Start(parent, s.spanName(x.req.Channel),
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
 }
+
+// spanName is the server span's name for the {channel} path segment:
+// "notify <channel>" for a configured channel, "notify unknown" for any
+// other (a name per segment an attacker sends would be unbounded).
+func (s *Server) spanName(segment []byte) string {
+	if name, ok := (*s.spanNames.Load())[string(segment)]; ok {
+		return name
+	}
+	return unknownSpanName
+}
+
+// unknownSpanName names the server span of a request for no configured
+// channel.
+const unknownSpanName = "notify " + UnknownChannel
 
 // endTrace sets what the request came to on its span and ends it: the
 // channel, the outcome, the cache's verdict and the HTTP status; never a
 // body, a header or a key.
 func (s *Server) endTrace(x *exchange) {
+	if !x.span.IsRecording() {
+		x.span.End() // not sampled: nothing to set
+		return
+	}
 	name := UnknownChannel
 	if x.channel != nil {
 		name = x.channel.Name()
@@ -57,9 +75,10 @@ func (s *Server) endTrace(x *exchange) {
 
 // child starts a child span of the request's and returns the context to
 // call with: context.Background() and no span when the request is not
-// traced.
+// traced or not sampled.
 func (s *Server) child(x *exchange, name string) (context.Context, trace.Span) {
-	if x.span == nil {
+	if x.span == nil || !x.span.IsRecording() {
+		// Not sampled: its children would not be either.
 		return context.Background(), nil
 	}
 	return s.tracer.Start(x.tctx, name)
