@@ -28,6 +28,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge/admin"
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/readiness"
+	"github.com/notifyedge/notifyedge/edge/tracing"
 )
 
 // The stack's parts whose CPU the bench reports run as processes of their
@@ -202,19 +203,32 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 	if err != nil {
 		return r, err
 	}
+	// Spans are exported as edged exports them: only when the bench set
+	// the SDK's variables (Config.Traces).
+	tp, err := tracing.Setup(ctx, "edge", os.Getenv)
+	if err != nil {
+		return r, err
+	}
+	*stops = append(*stops, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tp.Shutdown(sctx)
+	})
+	tracer := tp.Tracer("github.com/notifyedge/notifyedge/edge")
 	metrics := edge.NewMetrics([]string{Channel})
 	metrics.RegisterGroupCommit(store) // the group-commit store's only: the other decides alone
 	// The load generator is one address standing for many channels, as a
 	// proxy in front would be: no per-address connection cap.
 	server, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: store, Cache: cache,
-		Budget: spec.Budget, Logger: logger, Metrics: metrics, MaxConnsPerIP: -1})
+		Budget: spec.Budget, Logger: logger, Metrics: metrics, MaxConnsPerIP: -1, Tracer: tracer})
 	if err != nil {
 		return r, err
 	}
 	if r.URL, err = serveLoopback(stops, server.Serve, server.Shutdown); err != nil {
 		return r, err
 	}
-	noCache, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: store, Budget: spec.Budget, Logger: logger, MaxConnsPerIP: -1})
+	noCache, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: store, Budget: spec.Budget, Logger: logger,
+		MaxConnsPerIP: -1, Tracer: tracer})
 	if err != nil {
 		return r, err
 	}
@@ -222,7 +236,7 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 		return r, err
 	}
 	oneByOne, err := edge.New(edge.Config{Channels: []channel.Channel{ch}, Authority: alone, Cache: cache,
-		Budget: spec.Budget, Logger: logger, MaxConnsPerIP: -1})
+		Budget: spec.Budget, Logger: logger, MaxConnsPerIP: -1, Tracer: tracer})
 	if err != nil {
 		return r, err
 	}

@@ -64,6 +64,11 @@ type Config struct {
 	// redis-server of its own: the redis column is then the claim cache's
 	// alone, and the stream's is a column of its own.
 	StreamRedis bool
+	// Traces (own stack only) has the edge export spans over OTLP/HTTP to
+	// a receiver in the bench's own process (its CPU is not the edge's),
+	// sampling TraceSample (0 to 1) of the callbacks.
+	Traces      bool
+	TraceSample float64
 }
 
 // Row is one attack's figures.
@@ -111,6 +116,10 @@ type Report struct {
 	// the scenarios (our own stack only).
 	RedisBytesPerKey float64  `json:"redis_bytes_per_key,omitempty"`
 	Plots            []string `json:"plots,omitempty"`
+	// TraceSample and TraceSpans are, with Config.Traces, the sampled
+	// share and the spans the receiver got.
+	TraceSample *float64 `json:"trace_sample,omitempty"`
+	TraceSpans  int      `json:"trace_spans,omitempty"`
 	// Retention is the retention rows' figures (when they ran).
 	Retention *RetentionFigures `json:"retention,omitempty"`
 	// Grown is the grown rows' figures (when they ran).
@@ -169,6 +178,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		e.share = 0.5
 	}
 	defer e.close()
+	if cfg.Traces && e.tg == nil {
+		rcv, err := startTraceReceiver(cfg.TraceSample)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			rep.TraceSample, rep.TraceSpans = &cfg.TraceSample, rcv.Count()
+			rcv.Close()
+		}()
+	}
 	if e.tg == nil {
 		e.say("starting Postgres (fsync on), redis-server and the edge ...")
 		sc := StackConfig{Durable: !cfg.Quick, Budget: 2 * time.Second, StreamRedis: cfg.StreamRedis}

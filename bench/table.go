@@ -69,6 +69,9 @@ func (r *Report) Table() string {
 	if r.LoadAvg != "" {
 		fmt.Fprintf(&b, ", load average before %s", r.LoadAvg)
 	}
+	if r.TraceSample != nil {
+		fmt.Fprintf(&b, ", traces sampled at %g (%d spans received)", *r.TraceSample, r.TraceSpans)
+	}
 	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "| %-30s | %-26s | %9s | %9s | %7s | %7s | %7s | %8s | %8s | %-22s | %s |",
 		"scenario", "driver", "requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "codes / errors", "invariants")

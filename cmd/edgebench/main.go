@@ -108,8 +108,10 @@ func run(args []string) {
 	channel := fs.String("channel", "bench", "with -target: that channel's name")
 	breakdown := fs.Bool("breakdown", false, "own stack only: each row's Redis commands and Postgres statements per request (pg_stat_statements on)")
 	streamRedis := fs.Bool("stream-redis", false, "own stack only: the outbox stream on a redis-server of its own (the redis column is then the claim cache's alone)")
+	traceSample := fs.Float64("trace-sample", -1, "own stack only: the edge exports spans to a receiver in the bench, sampling this share (0 to 1) of the callbacks (default: tracing off)")
 	fs.Parse(args)
-	cfg := bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr, Rate: *rate, Breakdown: *breakdown, StreamRedis: *streamRedis}
+	cfg := bench.Config{Duration: *duration, Workers: *workers, Quick: *quick, JSONDir: *out, Progress: os.Stderr, Rate: *rate, Breakdown: *breakdown, StreamRedis: *streamRedis,
+		Traces: *traceSample >= 0, TraceSample: max(*traceSample, 0)}
 	if *scenario != "" {
 		cfg.Scenarios = strings.Split(*scenario, ",")
 	}

@@ -45,18 +45,28 @@ type Receiver struct {
 	srv *http.Server
 	ln  net.Listener
 
+	// countOnly keeps no span, only their number.
+	countOnly bool
+
 	mu    sync.Mutex
 	spans []Span
+	count int
 	errs  []error
 }
 
 // Start starts a Receiver on 127.0.0.1 and a free port.
-func Start() (*Receiver, error) {
+func Start() (*Receiver, error) { return start(false) }
+
+// StartCounting starts a Receiver that keeps no span, only counts them:
+// for a bench's millions.
+func StartCounting() (*Receiver, error) { return start(true) }
+
+func start(countOnly bool) (*Receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("tracingtest: listen: %w", err)
 	}
-	r := &Receiver{ln: ln}
+	r := &Receiver{ln: ln, countOnly: countOnly}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", r.export)
 	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -77,6 +87,13 @@ func (r *Receiver) Spans() []Span {
 	return slices.Clone(r.spans)
 }
 
+// Count returns how many spans were received so far.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
+}
+
 // Errors returns the requests the receiver could not decode.
 func (r *Receiver) Errors() []error {
 	r.mu.Lock()
@@ -90,7 +107,10 @@ func (r *Receiver) export(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		r.errs = append(r.errs, err)
 	}
-	r.spans = append(r.spans, spans...)
+	r.count += len(spans)
+	if !r.countOnly {
+		r.spans = append(r.spans, spans...)
+	}
 	r.mu.Unlock()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
