@@ -203,7 +203,9 @@ func (g *group) decide(batch []*member) {
 	slices.SortFunc(batch, func(a, b *member) int { return strings.Compare(a.n.BizKey, b.n.BizKey) })
 	ctx, cancel := batchContext(batch)
 	defer cancel()
+	ctx, span := batchSpan(ctx, batch)
 	results, busy, err := g.s.processBatch(ctx, batch)
+	endBatchSpan(span, len(batch), busy, err)
 	if err != nil {
 		// Nothing of the batch committed, or its fate is unknown: each
 		// member is decided again alone (a committed one then replays).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/notifyedge/notifyedge/durable/outbox"
 	"github.com/notifyedge/notifyedge/durable/wait"
@@ -188,17 +189,33 @@ func (s *Store) relayBatch(ctx context.Context, conn *pgx.Conn, cfg RelayConfig)
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	if err := cfg.Publisher.Publish(qctx, msgs); err != nil {
-		return 0, fmt.Errorf("relay: publish %d rows from id %d: %w", len(msgs), msgs[0].ID, err)
+	pctx, span := relaySpan(qctx, msgs)
+	err = s.publishAndMark(pctx, conn, cfg, msgs)
+	if span != nil {
+		if err != nil {
+			span.SetStatus(codes.Error, "publish failed")
+		}
+		span.End()
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(msgs), nil
+}
+
+// publishAndMark publishes msgs and marks their rows published.
+func (s *Store) publishAndMark(ctx context.Context, conn *pgx.Conn, cfg RelayConfig, msgs []OutboxMessage) error {
+	if err := cfg.Publisher.Publish(ctx, msgs); err != nil {
+		return fmt.Errorf("relay: publish %d rows from id %d: %w", len(msgs), msgs[0].ID, err)
 	}
 	ids := make([]int64, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.ID
 	}
-	if _, err := conn.Exec(qctx, sqlMarkPublished, ids); err != nil {
-		return 0, fmt.Errorf("relay: mark published: %w", err)
+	if _, err := conn.Exec(ctx, sqlMarkPublished, ids); err != nil {
+		return fmt.Errorf("relay: mark published: %w", err)
 	}
-	return len(msgs), nil
+	return nil
 }
 
 // relayConnConfig is the relay's own connection: no timeouts (it holds the

@@ -115,10 +115,4 @@ func cacheVerdict(v claimcache.Verdict, err error) string {
 // sampledTraceparent is span's W3C traceparent when its trace is sampled,
 // else "": only a sampled callback's trace context is kept with its
 // outbox row, for the consumers' spans to join.
-func sampledTraceparent(span trace.Span) string {
-	sc := span.SpanContext()
-	if !sc.IsSampled() {
-		return ""
-	}
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
-}
+func sampledTraceparent(span trace.Span) string { return tracing.Traceparent(span.SpanContext()) }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"cmp"
 	"errors"
 	"fmt"
@@ -65,6 +67,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is where counts go (default: a private set).
 	Metrics *Metrics
+	// Tracer, when set, gives every attempt at an event that carries a
+	// callback's trace context a client span in that trace, and the
+	// webhook that span's traceparent (nil: the event's own is sent on).
+	Tracer trace.Tracer
 	// HTTPClient posts the events (default: one with Timeout that follows
 	// no redirects). Its Timeout should bound every request.
 	HTTPClient *http.Client

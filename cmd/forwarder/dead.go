@@ -281,7 +281,7 @@ func (f *forwarder) redeliver(ctx, work context.Context, m redisstream.Message, 
 	cfg := f.cfg
 	giveUp := time.Now().Add(cfg.RedriveGiveUp)
 	for attempt := 1; ; attempt++ {
-		err := f.sender.post(work, webhookID(m), m.Traceparent, body)
+		err := f.send(work, m, attempt, body)
 		if err == nil {
 			return nil
 		}

@@ -306,7 +306,7 @@ func (f *forwarder) attempt(ctx, work context.Context, xm redis.XMessage, attemp
 		f.bury(work, xm, err.Error(), 0)
 		return attemptResult{}, nil
 	}
-	err = f.sender.post(work, webhookID(m), m.Traceparent, body)
+	err = f.send(work, m, attempt, body)
 	if err == nil {
 		if cfg.beforeAck != nil {
 			if err := cfg.beforeAck(m); err != nil {

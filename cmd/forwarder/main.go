@@ -37,6 +37,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/tracing"
 )
 
 func main() {
@@ -79,6 +80,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer client.Close()
 	cfg := opts.cfg
 	cfg.Client, cfg.Logger, cfg.Metrics = client, log, NewMetrics()
+	// With an OTLP endpoint in the environment, each send is a span of the
+	// callback's trace (the SDK reads its own variables).
+	tp, err := tracing.Setup(ctx, "forwarder", getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "forwarder:", err)
+		return 2
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tp.Shutdown(sctx)
+		cancel()
+	}()
+	cfg.Tracer = tp.Tracer("github.com/notifyedge/notifyedge/cmd/forwarder")
 
 	if opts.redrive {
 		res, err := Redrive(ctx, cfg)

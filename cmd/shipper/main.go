@@ -19,6 +19,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/shipping"
+	"github.com/notifyedge/notifyedge/edge/tracing"
 )
 
 func main() {
@@ -47,12 +48,25 @@ func main() {
 		os.Exit(2)
 	}
 	defer client.Close()
+	// With an OTLP endpoint in the environment, each batch that carries a
+	// callback's trace context is a span of that trace.
+	tp, err := tracing.Setup(ctx, "shipper", os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shipper:", err)
+		os.Exit(2)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tp.Shutdown(sctx)
+		cancel()
+	}()
 	log.Info("shipper consuming", "stream", os.Getenv("EDGE_STREAM_NAME"), "group", *group, "name", *name)
 	err = redisstream.RunConsumer(ctx, redisstream.ConsumerConfig{
 		Client: client, Stream: os.Getenv("EDGE_STREAM_NAME"), Group: *group, Name: *name, ClaimIdle: *claimIdle,
-		HandleBatch: shipping.OnPaidBatch(store, *group, func(m redisstream.Message, r durable.ShipResult) {
-			log.Info("order", "order_no", m.OrderNo, "outbox_id", m.OutboxID, "result", r.String())
-		}),
+		HandleBatch: traced(tp.Tracer("github.com/notifyedge/notifyedge/cmd/shipper"),
+			shipping.OnPaidBatch(store, *group, func(m redisstream.Message, r durable.ShipResult) {
+				log.Info("order", "order_no", m.OrderNo, "outbox_id", m.OutboxID, "result", r.String())
+			})),
 		OnError: func(err error) { log.Warn("shipper", "error", err.Error()) },
 	})
 	if err != nil {

@@ -101,3 +101,33 @@ func (HeaderCarrier) Set(string, string) {}
 
 // Keys lists the headers the W3C propagator reads.
 func (HeaderCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
+
+// Traceparent is sc's W3C traceparent header value when sc is sampled,
+// else "": only sampled contexts are carried on.
+func Traceparent(sc trace.SpanContext) string {
+	if !sc.IsSampled() {
+		return ""
+	}
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+}
+
+// Links reads traceparents (those not valid are skipped) into the first
+// one's span context, for a span over several events to be that trace's
+// child, and links to every one.
+func Links(traceparents ...string) (first trace.SpanContext, links []trace.Link) {
+	for _, tp := range traceparents {
+		if tp == "" {
+			continue
+		}
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+			propagation.MapCarrier{"traceparent": tp}))
+		if !sc.IsValid() {
+			continue
+		}
+		if !first.IsValid() {
+			first = sc
+		}
+		links = append(links, trace.Link{SpanContext: sc})
+	}
+	return first, links
+}
