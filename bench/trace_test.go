@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +154,7 @@ func TestTraceAcrossProcesses(t *testing.T) {
 		}
 		return strings.Contains(hooks, "00-"+caller+"-"), fmt.Sprintf("spans %v, webhooks %s", seen, hooks)
 	})
+	logTrace(t, rcv.Spans(), caller)
 	for _, s := range rcv.Spans() {
 		for k, v := range s.Attributes {
 			for _, bad := range []string{Secret, sig, body, base64.StdEncoding.EncodeToString(forwardSecret)} {
@@ -165,4 +167,29 @@ func TestTraceAcrossProcesses(t *testing.T) {
 	if errs := rcv.Errors(); len(errs) > 0 {
 		t.Errorf("the receiver could not decode: %v", errs)
 	}
+}
+
+// logTrace logs trace's spans in the order they started: process, name,
+// parent's name, start offset and duration.
+func logTrace(t *testing.T, spans []tracingtest.Span, trace string) {
+	var in []tracingtest.Span
+	names := map[string]string{}
+	for _, s := range spans {
+		if s.TraceID == trace {
+			in = append(in, s)
+			names[s.SpanID] = s.Name
+		}
+	}
+	slices.SortFunc(in, func(a, b tracingtest.Span) int { return a.Start.Compare(b.Start) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "| process | span | kind | parent | starts at | takes | links |\n|---|---|---|---|---:|---:|---:|\n")
+	for _, s := range in {
+		parent := names[s.ParentSpanID]
+		if parent == "" {
+			parent = "(the caller's " + s.ParentSpanID + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f ms | %.2f ms | %d |\n", s.Service, s.Name, s.Kind, parent,
+			float64(s.Start.Sub(in[0].Start).Microseconds())/1000, float64(s.End.Sub(s.Start).Microseconds())/1000, len(s.Links))
+	}
+	t.Log("\n" + b.String())
 }

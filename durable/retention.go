@@ -453,13 +453,12 @@ const sqlOldestRowAges = `SELECT
 // row of the kind retention deletes: a claim no open review names, by
 // created_at, a published outbox row by published_at, a consumer-inbox row
 // by processed_at, a resolved review row by resolved_at, a trace context
-// by created_at; 0 when the table
-// holds none. For the outbox it is the first row's, in id order, the row
-// retention deletes next; 0 when that row is not published yet (then the
-// relay is behind, not retention:
-// notifyedge_outbox_oldest_pending_seconds). An age
-// well past its retention (plus the retention interval) means retention is
-// not keeping up, or not running. It reads on the operator pool, one index
+// by created_at; 0 when the table holds none. For the outbox it is the
+// first row's, in id order, the row retention deletes next; 0 when that
+// row is not published yet (then the relay is behind, not retention:
+// notifyedge_outbox_oldest_pending_seconds). An age well past its
+// retention (plus the retention interval) means retention is not keeping
+// up, or not running. It reads on the operator pool, one index
 // probe per table, under the same planner settings as OutboxBacklog (stale
 // statistics must not turn a probe into a scan).
 func (s *Store) OldestRowAges(ctx context.Context) (map[string]time.Duration, error) {

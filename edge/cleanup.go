@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/notifyedge/notifyedge/claimcache"
 )
 
@@ -15,11 +17,12 @@ import (
 // TTL removes, a lost Complete sends the next duplicate to Postgres, which
 // answers it and fills the cache again. Both are correct, only slower.
 type cacheCleanup struct {
-	cache Cache
-	jobs  chan *cleanupJob
-	free  sync.Pool
-	wg    sync.WaitGroup
-	once  sync.Once
+	cache  Cache
+	tracer trace.Tracer // nil: tracing off
+	jobs   chan *cleanupJob
+	free   sync.Pool
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 // cleanupJob is one Complete (response set) or Abort, with its own copies
@@ -32,6 +35,9 @@ type cleanupJob struct {
 	complete bool
 	owned    bool   // the request won the claim (claimcache.Completion.Owned)
 	epoch    uint64 // the cache epoch it won it under
+	// span is the request's server span when it is sampled (zero
+	// otherwise): the completion's span links it.
+	span trace.SpanContext
 }
 
 // cleanupWorkers run the calls; cleanupQueue bounds what waits for them;
@@ -42,8 +48,8 @@ const (
 	cleanupBatch   = 64
 )
 
-func newCacheCleanup(c Cache) *cacheCleanup {
-	cc := &cacheCleanup{cache: c, jobs: make(chan *cleanupJob, cleanupQueue)}
+func newCacheCleanup(c Cache, tracer trace.Tracer) *cacheCleanup {
+	cc := &cacheCleanup{cache: c, tracer: tracer, jobs: make(chan *cleanupJob, cleanupQueue)}
 	cc.free.New = func() any { return new(cleanupJob) }
 	for range cleanupWorkers {
 		cc.wg.Add(1)
@@ -68,13 +74,38 @@ func (cc *cacheCleanup) run() {
 		}
 		if len(completions) > 0 {
 			// What queued meanwhile goes in one round trip.
-			_ = cc.cache.CompleteMany(context.Background(), completions)
+			ctx, span := cc.completeSpan(batch)
+			err := cc.cache.CompleteMany(ctx, completions)
+			endChild(span, err != nil)
 		}
 		clear(completions) // the jobs go back to the pool: drop their bytes
 		for _, j := range batch {
 			cc.free.Put(j)
 		}
 	}
+}
+
+// completeSpan starts the span of a round trip of completions when any of
+// them is a sampled callback's: a child of the first one's server span,
+// linking every one's. Otherwise (tracing off included) it starts nothing.
+func (cc *cacheCleanup) completeSpan(batch []*cleanupJob) (context.Context, trace.Span) {
+	if cc.tracer == nil {
+		return context.Background(), nil
+	}
+	var first trace.SpanContext
+	var links []trace.Link
+	for _, j := range batch {
+		if j.complete && j.span.IsSampled() {
+			if !first.IsValid() {
+				first = j.span
+			}
+			links = append(links, trace.Link{SpanContext: j.span})
+		}
+	}
+	if links == nil {
+		return context.Background(), nil
+	}
+	return cc.tracer.Start(trace.ContextWithSpanContext(context.Background(), first), "cache complete", trace.WithLinks(links...))
 }
 
 // drain adds to batch the jobs already queued, up to cleanupBatch.
@@ -94,10 +125,11 @@ func (cc *cacheCleanup) drain(batch []*cleanupJob) []*cleanupJob {
 }
 
 // complete queues a Complete of key with response (both copied); owned
-// says the request won the key's claim, under epoch.
-func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte, owned bool, epoch uint64) {
+// says the request won the key's claim, under epoch; span is the request's
+// server span if it is sampled.
+func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte, owned bool, epoch uint64, span trace.SpanContext) {
 	j := cc.free.Get().(*cleanupJob)
-	j.key, j.digest, j.complete, j.owned, j.epoch = append(j.key[:0], key...), d, true, owned, epoch
+	j.key, j.digest, j.complete, j.owned, j.epoch, j.span = append(j.key[:0], key...), d, true, owned, epoch, span
 	j.response = append(j.response[:0], response...)
 	cc.enqueue(j)
 }
@@ -105,7 +137,7 @@ func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byt
 // abort queues an Abort of the pending claim key/token (key copied).
 func (cc *cacheCleanup) abort(key []byte, d claimcache.Digest, t claimcache.Token) {
 	j := cc.free.Get().(*cleanupJob)
-	j.key, j.digest, j.token, j.complete, j.owned = append(j.key[:0], key...), d, t, false, false
+	j.key, j.digest, j.token, j.complete, j.owned, j.span = append(j.key[:0], key...), d, t, false, false, trace.SpanContext{}
 	cc.enqueue(j)
 }
 

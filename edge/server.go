@@ -129,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.httpLog = newHTTPLog(s.log, s.metrics.LogsDropped)
 	if s.cache != nil {
-		s.cleanup = newCacheCleanup(s.cache)
+		s.cleanup = newCacheCleanup(s.cache, s.tracer)
 	}
 	margin := min(s.budget/10, 20*time.Millisecond)
 	s.durableBudget = s.budget - margin

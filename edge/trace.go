@@ -64,9 +64,11 @@ func (s *Server) endTrace(x *exchange) {
 	x.span.SetAttributes(
 		attribute.String("notifyedge.channel", name),
 		attribute.String("notifyedge.outcome", x.outcome.String()),
-		attribute.String("notifyedge.cache", x.cacheSeen),
 		attribute.Int("http.response.status_code", x.verdict.HTTP),
 	)
+	if x.cacheSeen != "" { // "": refused before the cache was asked
+		x.span.SetAttributes(attribute.String("notifyedge.cache", x.cacheSeen))
+	}
 	if x.verdict.HTTP >= 500 {
 		x.span.SetStatus(codes.Error, x.outcome.String())
 	}
@@ -82,6 +84,15 @@ func (s *Server) child(x *exchange, name string) (context.Context, trace.Span) {
 		return context.Background(), nil
 	}
 	return s.tracer.Start(x.tctx, name)
+}
+
+// sampled is the request's server span's context when it is sampled, else
+// zero.
+func (x *exchange) sampled() trace.SpanContext {
+	if x.span == nil || !x.span.IsRecording() {
+		return trace.SpanContext{}
+	}
+	return x.span.SpanContext()
 }
 
 // endChild ends a child span (none: nothing), marked failed when failed.

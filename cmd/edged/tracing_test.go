@@ -19,9 +19,10 @@ import (
 
 // With OTEL_EXPORTER_OTLP_ENDPOINT set, a callback carrying a traceparent
 // gets a server span in that trace ("notify acme", its parent the
-// caller's span) with children for the claim and the decision, received
-// over OTLP/HTTP as a collector would; its duplicate's span says the cache
-// answered. No attribute holds the secret, the signature or the body.
+// caller's span) with children for the claim, the decision and the cache's
+// completion after the answer, received over OTLP/HTTP as a collector
+// would; its duplicate's span says the cache answered. No attribute holds
+// the secret, the signature or the body.
 func TestTraceOfOneCallback(t *testing.T) {
 	rcv, err := tracingtest.Start()
 	if err != nil {
@@ -80,7 +81,7 @@ func TestTraceOfOneCallback(t *testing.T) {
 				children[s.Name] = s
 			}
 		}
-		return server.SpanID != "" && dup.SpanID != "" && len(children) == 2, fmt.Sprint(len(spans), " spans: ", spans)
+		return server.SpanID != "" && dup.SpanID != "" && len(children) == 3, fmt.Sprint(len(spans), " spans: ", spans)
 	})
 	if server.ParentSpanID != callerSpan || server.Kind != "server" || server.Service != "edged" {
 		t.Errorf("server span: parent %s, kind %s, service %q; want parent %s, server, edged", server.ParentSpanID, server.Kind, server.Service, callerSpan)
@@ -96,6 +97,11 @@ func TestTraceOfOneCallback(t *testing.T) {
 		if !ok || c.TraceID != callerTrace || c.Start.Before(server.Start) || c.End.After(server.End) {
 			t.Errorf("child %q: %+v, want one inside the server span %v–%v", name, c, server.Start, server.End)
 		}
+	}
+	// The cache learns the answer after it was given: a child that may
+	// start once the server span ended.
+	if c, ok := children["cache complete"]; !ok || c.TraceID != callerTrace || len(c.Links) != 1 {
+		t.Errorf("cache complete: %+v, want a child of the server span linking it", c)
 	}
 	if dup.Attributes["notifyedge.outcome"] != "replayed_cache" || dup.Attributes["notifyedge.cache"] != "hit" || dup.ParentSpanID != "" {
 		t.Errorf("duplicate's span: %+v, want a root, replayed_cache, cache hit", dup)

@@ -82,8 +82,8 @@ type Config struct {
 
 // State is the last probes' result.
 type State struct {
-	// Postgres is "ok" or "down" ("starting" is the caller's: before
-	// Postgres first answered there is no Checker).
+	// Postgres is "ok" or "down" ("starting", before Postgres first
+	// answered, is the caller's to say).
 	Postgres string
 	// Outage says whose outage a "down" is (OutageNone when "ok").
 	Outage string
@@ -109,7 +109,9 @@ type Checker struct {
 }
 
 // New returns a Checker for cfg; until its first round (Probe or Run)
-// State reports Postgres "ok": it is made once Postgres has answered.
+// State reports Postgres "ok". A caller that starts it before Postgres
+// first answered reports "starting" itself until then, and runs a round
+// (Probe) once it has.
 func New(cfg Config) *Checker {
 	cfg.Every = cmp.Or(cfg.Every, 500*time.Millisecond)
 	cfg.Timeout = cmp.Or(cfg.Timeout, time.Second)

@@ -22,6 +22,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/notifyedge/notifyedge/durable"
@@ -357,9 +361,28 @@ func (r *Reconciler) step(step int) time.Duration {
 	return r.cfg.Backoff[min(step, len(r.cfg.Backoff)-1)]
 }
 
-// askOne asks channel ch about orderNo, within its rate (the background's,
-// or manual's), and decides a paid answer.
+// askOne is askChannel in a span of its own ("reconcile query": the
+// channel, whether a person asked, the result), when OpenTelemetry's
+// global provider traces (tracing.Setup); a no-op span otherwise.
 func (r *Reconciler) askOne(ctx context.Context, ch, orderNo string, manual bool) (Report, error) {
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "reconcile query", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("notifyedge.channel", ch), attribute.Bool("notifyedge.manual", manual)))
+	defer span.End()
+	rep, err := r.askChannel(ctx, ch, orderNo, manual)
+	if err != nil {
+		span.SetStatus(codes.Error, "asked again later")
+	} else {
+		span.SetAttributes(attribute.String("notifyedge.result", rep.Result))
+	}
+	return rep, err
+}
+
+// tracerName is reconciliation's instrumentation scope.
+const tracerName = "github.com/notifyedge/notifyedge/edge/reconcile"
+
+// askChannel asks channel ch about orderNo, within its rate (the
+// background's, or manual's), and decides a paid answer.
+func (r *Reconciler) askChannel(ctx context.Context, ch, orderNo string, manual bool) (Report, error) {
 	q, ok := (*r.queriers.Load())[ch]
 	if !ok {
 		return Report{}, fmt.Errorf("channel %s: %w", ch, ErrNoQuerier)

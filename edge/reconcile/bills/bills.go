@@ -26,6 +26,10 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge"
@@ -212,7 +216,16 @@ func (r *Runner) RunDay(ctx context.Context, channel, date string) (durable.Bill
 	if err != nil {
 		return durable.BillRun{}, fmt.Errorf("bills: %w", err)
 	}
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "bill run",
+		trace.WithAttributes(attribute.String("notifyedge.channel", channel), attribute.String("notifyedge.bill_date", date)))
+	defer span.End()
 	var run durable.BillRun
+	defer func() {
+		span.SetAttributes(attribute.String("notifyedge.bill_state", run.State))
+		for category, n := range run.Categories {
+			span.SetAttributes(attribute.Int("notifyedge.bill."+category, n))
+		}
+	}()
 	err = r.cfg.Store.WithLock(ctx, durable.BillDayLockID(channel, day), "bill", func(lctx context.Context) error {
 		var err error
 		run, err = r.runDay(lctx, channel, day, b)
@@ -221,8 +234,14 @@ func (r *Runner) RunDay(ctx context.Context, channel, date string) (durable.Bill
 	if errors.Is(err, durable.ErrNotLeader) {
 		return durable.BillRun{}, fmt.Errorf("%w: %s %s", ErrInProgress, channel, date)
 	}
+	if err != nil {
+		span.SetStatus(codes.Error, "the day's run failed")
+	}
 	return run, err
 }
+
+// tracerName is the bill runs' instrumentation scope.
+const tracerName = "github.com/notifyedge/notifyedge/edge/reconcile/bills"
 
 // runDay is RunDay holding the day's lock.
 func (r *Runner) runDay(ctx context.Context, channel string, day durable.BillDay, b Biller) (durable.BillRun, error) {
