@@ -5,22 +5,16 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/edge/reconcile"
 	"github.com/notifyedge/notifyedge/edge/reconcile/query"
+	"github.com/notifyedge/notifyedge/edge/tracing/tracingtest"
 )
 
 // With tracing set up, each question to a channel is a span: the channel,
 // whether a person asked, and the result; never the order or the answer.
 func TestQuerySpan(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	rec := tracingtest.Record(t)
 
 	r := newRig(t)
 	wx := newAnswers()
@@ -40,10 +34,7 @@ func TestQuerySpan(t *testing.T) {
 	if len(spans) != 1 || spans[0].Name() != "reconcile query" {
 		t.Fatalf("spans %v, want one reconcile query", spans)
 	}
-	got := map[string]string{}
-	for _, kv := range spans[0].Attributes() {
-		got[string(kv.Key)] = kv.Value.Emit()
-	}
+	got := tracingtest.Attributes(spans[0])
 	want := map[string]string{"notifyedge.channel": "wx", "notifyedge.manual": "true", "notifyedge.result": reconcile.ResultApplied}
 	for k, v := range want {
 		if got[k] != v {

@@ -5,22 +5,16 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bills"
+	"github.com/notifyedge/notifyedge/edge/tracing/tracingtest"
 )
 
 // With tracing set up, a day's run is a span: the channel, the day, the
 // run's state and its counts by category.
 func TestBillRunSpan(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
-	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	rec := tracingtest.Record(t)
 
 	ctx := context.Background()
 	store, err := durable.New(ctx, durable.Config{URL: durabletest.NewDatabase(t), MaxConns: 4})
@@ -42,10 +36,7 @@ func TestBillRunSpan(t *testing.T) {
 	if len(spans) != 1 || spans[0].Name() != "bill run" {
 		t.Fatalf("spans %v, want one bill run", spans)
 	}
-	got := map[string]string{}
-	for _, kv := range spans[0].Attributes() {
-		got[string(kv.Key)] = kv.Value.Emit()
-	}
+	got := tracingtest.Attributes(spans[0])
 	for k, v := range map[string]string{"notifyedge.channel": "wx", "notifyedge.bill_date": "2026-12-05",
 		"notifyedge.bill_state": durable.BillOK, "notifyedge.bill." + durable.BillMatched: "0"} {
 		if got[k] != v {
