@@ -15,6 +15,7 @@ import (
 
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge/channel"
+	"github.com/notifyedge/notifyedge/edge/tracing"
 )
 
 // sender POSTs events as Standard Webhooks messages.
@@ -124,30 +125,13 @@ func decode(xm redis.XMessage) (redisstream.Message, error) {
 	}
 	m := redisstream.Message{StreamID: xm.ID, OutboxID: id, EventID: str(redisstream.FieldEventID), Topic: str(redisstream.FieldTopic),
 		OrderNo: str(redisstream.FieldOrderNo), Payload: str(redisstream.FieldPayload)}
-	if tp := str(redisstream.FieldTraceparent); validTraceparent(tp) {
-		m.Traceparent = tp // anything else is dropped, not sent on as a header
-	}
+	// Written again from what the W3C propagator parsed: anything that is
+	// not a sampled traceparent is dropped, never sent on as a header.
+	m.Traceparent = tracing.Traceparent(tracing.Parse(str(redisstream.FieldTraceparent)))
 	if m.OrderNo == "" {
 		return m, fmt.Errorf("entry %s: no %s", xm.ID, redisstream.FieldOrderNo)
 	}
 	return m, nil
-}
-
-// validTraceparent reports whether tp is a W3C traceparent of version 00
-// ("00-<32 hex>-<16 hex>-<2 hex>"), the only form the relay writes.
-func validTraceparent(tp string) bool {
-	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
-		return false
-	}
-	for i, c := range []byte(tp) {
-		if i == 2 || i == 35 || i == 52 {
-			continue
-		}
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // entryTime is the time in a stream id "ms-seq": Redis's clock at XADD.

@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/notifyedge/notifyedge/durable/redisstream"
@@ -20,7 +19,7 @@ func (f *forwarder) send(ctx context.Context, m redisstream.Message, attempt int
 	if tracer == nil || m.Traceparent == "" {
 		return f.sender.post(ctx, webhookID(m), m.Traceparent, body)
 	}
-	parent := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": m.Traceparent})
+	parent := trace.ContextWithRemoteSpanContext(ctx, tracing.Parse(m.Traceparent))
 	ctx, span := tracer.Start(parent, "forward "+m.Topic, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("http.request.method", "POST"),
 			attribute.Int64("notifyedge.outbox_id", m.OutboxID), attribute.Int("notifyedge.attempt", attempt)))

@@ -111,16 +111,22 @@ func Traceparent(sc trace.SpanContext) string {
 	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
 }
 
+// Parse reads a W3C traceparent header value with the W3C propagator; the
+// span context is invalid for anything that is not one.
+func Parse(traceparent string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier{"traceparent": traceparent}))
+}
+
 // Links reads traceparents (those not valid are skipped) into the first
 // one's span context, for a span over several events to be that trace's
 // child, and links to every one.
 func Links(traceparents ...string) (first trace.SpanContext, links []trace.Link) {
 	for _, tp := range traceparents {
-		if tp == "" {
-			continue
-		}
-		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
-			propagation.MapCarrier{"traceparent": tp}))
+		sc := Parse(tp)
 		if !sc.IsValid() {
 			continue
 		}
