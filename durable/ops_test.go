@@ -336,6 +336,8 @@ func TestOpsPoolTimeouts(t *testing.T) {
 		{true, "lock_timeout", "2s"},
 		{false, "plan_cache_mode", "force_generic_plan"},
 		{true, "plan_cache_mode", "auto"},
+		{false, "jit", "off"},
+		{true, "jit", "off"},
 	} {
 		if got, err := durable.ShowSetting(ctx, s, c.ops, c.name); err != nil || got != c.want {
 			t.Errorf("ops %v: %s = %q (%v), want %q", c.ops, c.name, got, err, c.want)

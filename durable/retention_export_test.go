@@ -99,3 +99,16 @@ func RetentionSetting(ctx context.Context, s *Store, name string) (string, error
 	err = conn.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v)
 	return v, err
 }
+
+// RetentionBatchConn opens a session configured as the retention leader's
+// and returns it with table's batch statement ($1 cutoff, $2 where the
+// previous batch stopped, $3 Batch) as the leader runs it.
+func RetentionBatchConn(ctx context.Context, s *Store, table string) (*pgx.Conn, string, error) {
+	for _, t := range retentionPlan {
+		if t.name == table {
+			conn, err := pgx.ConnectConfig(ctx, s.retentionConnConfig(RetentionConfig{}.mustDefaults()))
+			return conn, t.batch, err
+		}
+	}
+	return nil, "", fmt.Errorf("no retention table %q", table)
+}

@@ -635,6 +635,12 @@ func TestRetentionPlans(t *testing.T) {
 			if !strings.Contains(plan, "Index Scan using "+index[table]) || !strings.Contains(plan, "Tid Scan") || strings.Contains(plan, "Seq Scan") {
 				t.Errorf("%s batch (generic %v) neither walks %s nor deletes by TID:\n%s", table, generic, index[table], plan)
 			}
+			// The settings above price a disabled step at 10^10, past
+			// jit_above_cost: an outbox batch compiled 35 functions, 140 ms
+			// of CPU, to run 2 ms of index walk and delete.
+			if strings.Contains(plan, "JIT") {
+				t.Errorf("%s batch (generic %v) is compiled:\n%s", table, generic, plan)
+			}
 			// A claim an open review names is spared: one index probe each.
 			if table == "notify_claim" && !strings.Contains(plan, "using notify_review_open_uniq") {
 				t.Errorf("claim batch (generic %v) does not probe notify_review_open_uniq:\n%s", generic, plan)
@@ -644,6 +650,9 @@ func TestRetentionPlans(t *testing.T) {
 	plan, err := durable.ExplainOldestRowAges(ctx, b.store)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(plan, "JIT") {
+		t.Errorf("OldestRowAges is compiled:\n%s", plan)
 	}
 	for _, idx := range append(slices.Collect(maps.Values(index)), "notify_review_open_uniq") {
 		if !strings.Contains(plan, idx) || strings.Contains(plan, "Seq Scan") {
@@ -666,6 +675,9 @@ func TestRetentionSessionWalksIndexes(t *testing.T) {
 		if v, err := durable.RetentionSetting(ctx, b.store, name); err != nil || v != "off" {
 			t.Errorf("retention session: %s = %q (%v), want off", name, v, err)
 		}
+	}
+	if v, err := durable.RetentionSetting(ctx, b.store, "jit"); err != nil || v != "off" {
+		t.Errorf("retention session: jit = %q (%v), want off", v, err)
 	}
 	if v, err := durable.RetentionSetting(ctx, b.store, "application_name"); err != nil || !strings.HasSuffix(v, "-retention") {
 		t.Errorf("retention session: application_name = %q (%v)", v, err)
