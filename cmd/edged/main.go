@@ -33,6 +33,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge/reconcile"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bills"
 	"github.com/notifyedge/notifyedge/edge/tracing"
+	"github.com/notifyedge/notifyedge/edge/tracing/instrument"
 )
 
 func main() {
@@ -242,7 +243,7 @@ func (m *Main) Run(ctx context.Context) error {
 	serverTimeout := cfg.Budget * 9 / 10
 	store, err := waitForPostgres(ctx, m.Logger, cfg.DatabaseURL, target, cfg.StartTimeout, func(actx context.Context) (*durable.Store, error) {
 		return durable.New(actx, durable.Config{URL: cfg.DatabaseURL, StatementTimeout: serverTimeout, LockTimeout: serverTimeout,
-			GroupCommit: cfg.GroupCommit})
+			GroupCommit: cfg.GroupCommit, Tracer: instrument.Postgres(m.tracing)})
 	})
 	if err != nil {
 		return err
@@ -309,6 +310,9 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 		return err
 	}
 	m.redis = client
+	if err := instrument.Redis(m.tracing, client); err != nil {
+		return err
+	}
 	watch, err := newEpochWatch(metrics.Registry, m.Logger)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge"
+	"github.com/notifyedge/notifyedge/edge/tracing/instrument"
 )
 
 // startRelay runs the outbox relay to EDGE_STREAM_URL in the background:
@@ -25,6 +26,9 @@ func (m *Main) startRelay(ctx context.Context, metrics *edge.Metrics) error {
 		return err
 	}
 	m.relayClient = client
+	if err := instrument.Redis(m.tracing, client); err != nil {
+		return err
+	}
 	shortfall := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "notifyedge_relay_replica_shortfall_total",
 		Help: "Relay publishes that fewer replicas of the stream's master held than -stream-replicas asks: the rows stay unpublished and are checked again.",

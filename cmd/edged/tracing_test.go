@@ -81,7 +81,8 @@ func TestTraceOfOneCallback(t *testing.T) {
 				children[s.Name] = s
 			}
 		}
-		return server.SpanID != "" && dup.SpanID != "" && len(children) == 3, fmt.Sprint(len(spans), " spans: ", spans)
+		return server.SpanID != "" && dup.SpanID != "" && len(children) == 3 && clientSpans(spans, callerTrace, children["decide"].SpanID),
+			fmt.Sprint(len(spans), " spans: ", spans)
 	})
 	if server.ParentSpanID != callerSpan || server.Kind != "server" || server.Service != "edged" {
 		t.Errorf("server span: parent %s, kind %s, service %q; want parent %s, server, edged", server.ParentSpanID, server.Kind, server.Service, callerSpan)
@@ -106,6 +107,15 @@ func TestTraceOfOneCallback(t *testing.T) {
 	if dup.Attributes["notifyedge.outcome"] != "replayed_cache" || dup.Attributes["notifyedge.cache"] != "hit" || dup.ParentSpanID != "" {
 		t.Errorf("duplicate's span: %+v, want a root, replayed_cache, cache hit", dup)
 	}
+	// The clients' instrumentations only ever add children: no query or
+	// Redis command outside a sampled callback (the relay's polling, the
+	// retention and readiness probes, the duplicate's lookup) starts a
+	// trace of its own.
+	for _, s := range rcv.Spans() {
+		if (s.Scope == pgxScope || s.Scope == redisScope) && s.ParentSpanID == "" {
+			t.Errorf("%s span %q is a root", s.Scope, s.Name)
+		}
+	}
 	for _, s := range rcv.Spans() {
 		for k, v := range s.Attributes {
 			for _, bad := range []string{secret, signature, body, "O-t"} {
@@ -128,4 +138,35 @@ func TestTraceOfOneCallback(t *testing.T) {
 	if errs := rcv.Errors(); len(errs) > 0 {
 		t.Errorf("the receiver could not decode: %v", errs)
 	}
+}
+
+// The clients' instrumentation scopes.
+const (
+	pgxScope   = "github.com/exaring/otelpgx"
+	redisScope = "github.com/redis/go-redis/extra/redisotel"
+)
+
+// clientSpans reports whether the callback's trace holds a Redis command
+// (the relay's append; the cache's claims and completions go out in
+// pipelines shared by many callbacks, outside any one's trace) and a query
+// under its decision, at any depth (through the group commit's batch).
+func clientSpans(spans []tracingtest.Span, traceID, decide string) bool {
+	parent := make(map[string]string, len(spans))
+	for _, s := range spans {
+		parent[s.SpanID] = s.ParentSpanID
+	}
+	under := func(id, ancestor string) bool {
+		for p := parent[id]; p != ""; p = parent[p] {
+			if p == ancestor {
+				return true
+			}
+		}
+		return false
+	}
+	var redisSeen, pgSeen bool
+	for _, s := range spans {
+		redisSeen = redisSeen || (s.Scope == redisScope && s.TraceID == traceID)
+		pgSeen = pgSeen || (s.Scope == pgxScope && decide != "" && under(s.SpanID, decide))
+	}
+	return redisSeen && pgSeen
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/tracing"
+	"github.com/notifyedge/notifyedge/edge/tracing/instrument"
 )
 
 func main() {
@@ -93,6 +94,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cancel()
 	}()
 	cfg.Tracer = tp.Tracer("github.com/notifyedge/notifyedge/cmd/forwarder")
+	if err := instrument.Redis(tp, client); err != nil {
+		fmt.Fprintln(stderr, "forwarder:", err)
+		return 2
+	}
 
 	if opts.redrive {
 		res, err := Redrive(ctx, cfg)

@@ -20,6 +20,7 @@ import (
 	"github.com/notifyedge/notifyedge/durable/redisstream"
 	"github.com/notifyedge/notifyedge/durable/shipping"
 	"github.com/notifyedge/notifyedge/edge/tracing"
+	"github.com/notifyedge/notifyedge/edge/tracing/instrument"
 )
 
 func main() {
@@ -36,7 +37,20 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	store, err := durable.New(ctx, durable.Config{URL: dbURL, MaxConns: 8, MinConns: 2})
+	// With an OTLP endpoint in the environment, each batch that carries a
+	// callback's trace context is a span of that trace, its queries and Redis commands
+	// spans under it.
+	tp, err := tracing.Setup(ctx, "shipper", os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shipper:", err)
+		os.Exit(2)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tp.Shutdown(sctx)
+		cancel()
+	}()
+	store, err := durable.New(ctx, durable.Config{URL: dbURL, MaxConns: 8, MinConns: 2, Tracer: instrument.Postgres(tp)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shipper:", err)
 		os.Exit(1)
@@ -48,18 +62,10 @@ func main() {
 		os.Exit(2)
 	}
 	defer client.Close()
-	// With an OTLP endpoint in the environment, each batch that carries a
-	// callback's trace context is a span of that trace.
-	tp, err := tracing.Setup(ctx, "shipper", os.Getenv)
-	if err != nil {
+	if err := instrument.Redis(tp, client); err != nil {
 		fmt.Fprintln(os.Stderr, "shipper:", err)
 		os.Exit(2)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		tp.Shutdown(sctx)
-		cancel()
-	}()
 	log.Info("shipper consuming", "stream", os.Getenv("EDGE_STREAM_NAME"), "group", *group, "name", *name)
 	err = redisstream.RunConsumer(ctx, redisstream.ConsumerConfig{
 		Client: client, Stream: os.Getenv("EDGE_STREAM_NAME"), Group: *group, Name: *name, ClaimIdle: *claimIdle,

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Enabled reports whether getenv configures an export: an OTLP endpoint
@@ -136,4 +138,46 @@ func Links(traceparents ...string) (first trace.SpanContext, links []trace.Link)
 		links = append(links, trace.Link{SpanContext: sc})
 	}
 	return first, links
+}
+
+// Children returns a tracer provider for the clients' instrumentations
+// (nil when p is nil): its tracers start a span only under a recording one
+// in the context they are handed; otherwise they return that context and a
+// span that records nothing. An instrumented query outside any sampled
+// callback then starts no trace of its own, and costs a check.
+func (p *Provider) Children() trace.TracerProvider {
+	if p == nil {
+		return nil
+	}
+	return childProvider{tp: p.sdk}
+}
+
+// childProvider is Children's provider.
+type childProvider struct {
+	embedded.TracerProvider
+	tp trace.TracerProvider
+}
+
+// Tracer returns the named tracer, starting children only.
+func (c childProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return childTracer{t: c.tp.Tracer(name, opts...)}
+}
+
+// childTracer starts a span only under a recording one.
+type childTracer struct {
+	embedded.Tracer
+	t trace.Tracer
+}
+
+// noSpan is what childTracer returns outside a recording span; held in an
+// interface once, so returning it allocates nothing.
+var noSpan trace.Span = noop.Span{}
+
+// Start starts a child of ctx's span when that one records; otherwise it
+// returns ctx and a span that records nothing.
+func (c childTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noSpan
+	}
+	return c.t.Start(ctx, name, opts...)
 }

@@ -2,9 +2,11 @@ package tracing_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/notifyedge/notifyedge/edge/tracing"
+	"github.com/notifyedge/notifyedge/edge/tracing/tracingtest"
 )
 
 // Tracing is on only with an OTLP endpoint, and off again when the SDK's
@@ -31,6 +33,52 @@ func TestEnabled(t *testing.T) {
 		p, err := tracing.Setup(context.Background(), "edged", getenv)
 		if err != nil || p != nil || p.Tracer("x") != nil {
 			t.Errorf("Setup(%v) = %v, %v: want no provider and no tracer", c.env, p, err)
+		}
+	}
+}
+
+// The clients' instrumentations start spans only under a recording one: a
+// query outside any sampled callback starts no trace (and allocates
+// nothing to find that out); one inside is that span's child.
+func TestChildrenOnlyUnderARecordingSpan(t *testing.T) {
+	rcv, err := tracingtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcv.Close()
+	// The SDK reads its variables from the process's environment.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.Endpoint())
+	p, err := tracing.Setup(context.Background(), "edged", os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (*tracing.Provider)(nil).Children() != nil {
+		t.Error("tracing off: want no provider for the clients")
+	}
+	lib := p.Children().Tracer("lib")
+	bg := context.Background()
+	ctx, span := lib.Start(bg, "orphan")
+	if ctx != bg || span.IsRecording() {
+		t.Errorf("outside a span: context %v, recording %v; want the same context and nothing recorded", ctx, span.IsRecording())
+	}
+	span.End()
+	if n := testing.AllocsPerRun(100, func() { _, s := lib.Start(bg, "orphan"); s.End() }); n != 0 {
+		t.Errorf("outside a span: %v allocations, want 0", n)
+	}
+	pctx, parent := p.Tracer("app").Start(bg, "callback")
+	_, child := lib.Start(pctx, "query")
+	child.End()
+	parent.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := rcv.Spans()
+	if len(spans) != 2 {
+		t.Fatalf("exported %d spans, want the callback and its query", len(spans))
+	}
+	for _, s := range spans {
+		if s.Name == "query" && (s.ParentSpanID != parent.SpanContext().SpanID().String() || s.Scope != "lib") {
+			t.Errorf("query span %+v, want a child of the callback's in scope lib", s)
 		}
 	}
 }

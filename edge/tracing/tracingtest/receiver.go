@@ -22,7 +22,10 @@ import (
 
 // Span is one received span, its ids in lower-case hex.
 type Span struct {
-	Service      string
+	Service string
+	// Scope is the instrumentation scope's name: the tracer's, or the
+	// instrumented client's library (otelpgx, redisotel).
+	Scope        string
 	TraceID      string
 	SpanID       string
 	ParentSpanID string // "" for a root
@@ -148,6 +151,7 @@ func decode(req *http.Request) ([]Span, error) {
 			for _, sp := range ss.GetSpans() {
 				s := Span{
 					Service:      service,
+					Scope:        ss.GetScope().GetName(),
 					TraceID:      hex.EncodeToString(sp.GetTraceId()),
 					SpanID:       hex.EncodeToString(sp.GetSpanId()),
 					ParentSpanID: hex.EncodeToString(sp.GetParentSpanId()),
