@@ -29,6 +29,7 @@ import (
 	"github.com/notifyedge/notifyedge/edge/channel"
 	"github.com/notifyedge/notifyedge/edge/readiness"
 	"github.com/notifyedge/notifyedge/edge/tracing"
+	"github.com/notifyedge/notifyedge/edge/tracing/instrument"
 )
 
 // The stack's parts whose CPU the bench reports run as processes of their
@@ -177,12 +178,25 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 	// The edge's sessions carry a name of their own, so that the Postgres
 	// CPU they cost is told apart from the relay's and the shipper's.
 	url := withApplicationName(spec.DBURL, edgeApplication)
-	store, err := durable.New(ctx, durable.Config{URL: url, StatementTimeout: spec.Budget, GroupCommit: true})
+	// Spans are exported as edged exports them, queries and Redis commands
+	// included: only when the bench set the SDK's variables (Config.Traces).
+	tp, err := tracing.Setup(ctx, "edge", os.Getenv)
+	if err != nil {
+		return r, err
+	}
+	*stops = append(*stops, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tp.Shutdown(sctx)
+	})
+	store, err := durable.New(ctx, durable.Config{URL: url, StatementTimeout: spec.Budget, GroupCommit: true,
+		Tracer: instrument.Postgres(tp)})
 	if err != nil {
 		return r, fmt.Errorf("postgres: %w", err)
 	}
 	*stops = append(*stops, store.Close)
-	alone, err := durable.New(ctx, durable.Config{URL: url, StatementTimeout: spec.Budget, NoMigrate: true})
+	alone, err := durable.New(ctx, durable.Config{URL: url, StatementTimeout: spec.Budget, NoMigrate: true,
+		Tracer: instrument.Postgres(tp)})
 	if err != nil {
 		return r, fmt.Errorf("postgres: %w", err)
 	}
@@ -194,6 +208,9 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 			return r, fmt.Errorf("redis: %w", err)
 		}
 		*stops = append(*stops, func() { client.Close() })
+		if err := instrument.Redis(tp, client); err != nil {
+			return r, err
+		}
 		// The epoch as edged reads it: its keys, and their size, are edged's.
 		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: spec.Budget, LocalEntries: 100_000, Epoch: store.CacheEpoch}); err != nil {
 			return r, fmt.Errorf("cache: %w", err)
@@ -203,17 +220,6 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 	if err != nil {
 		return r, err
 	}
-	// Spans are exported as edged exports them: only when the bench set
-	// the SDK's variables (Config.Traces).
-	tp, err := tracing.Setup(ctx, "edge", os.Getenv)
-	if err != nil {
-		return r, err
-	}
-	*stops = append(*stops, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		tp.Shutdown(sctx)
-	})
 	tracer := tp.Tracer("github.com/notifyedge/notifyedge/edge")
 	metrics := edge.NewMetrics([]string{Channel})
 	metrics.RegisterGroupCommit(store) // the group-commit store's only: the other decides alone
