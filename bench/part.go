@@ -178,8 +178,8 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 	// The edge's sessions carry a name of their own, so that the Postgres
 	// CPU they cost is told apart from the relay's and the shipper's.
 	url := withApplicationName(spec.DBURL, edgeApplication)
-	// Spans are exported as edged exports them, queries and Redis commands
-	// included: only when the bench set the SDK's variables (Config.Traces).
+	// Spans are exported as edged exports them, queries included: only
+	// when the bench set the SDK's variables (Config.Traces).
 	tp, err := tracing.Setup(ctx, "edge", os.Getenv)
 	if err != nil {
 		return r, err
@@ -208,9 +208,6 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 			return r, fmt.Errorf("redis: %w", err)
 		}
 		*stops = append(*stops, func() { client.Close() })
-		if err := instrument.Redis(tp, client); err != nil {
-			return r, err
-		}
 		// The epoch as edged reads it: its keys, and their size, are edged's.
 		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: spec.Budget, LocalEntries: 100_000, Epoch: store.CacheEpoch}); err != nil {
 			return r, fmt.Errorf("cache: %w", err)
