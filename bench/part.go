@@ -209,7 +209,11 @@ func serveEdge(ctx context.Context, spec partSpec, logger *slog.Logger, stops *[
 		}
 		*stops = append(*stops, func() { client.Close() })
 		// The epoch as edged reads it: its keys, and their size, are edged's.
-		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: spec.Budget, LocalEntries: 100_000, Epoch: store.CacheEpoch}); err != nil {
+		// The watermark as edged keeps it: a position read per completion batch.
+		if cache, err = claimcache.New(claimcache.Config{Client: client, PendingTTL: spec.Budget, LocalEntries: 100_000, Epoch: store.CacheEpoch,
+			Position: store.CachePosition, OnBehind: func(ctx context.Context, epoch string, _, _ uint64) (string, error) {
+				return store.BumpCacheEpochFrom(ctx, epoch)
+			}}); err != nil {
 			return r, fmt.Errorf("cache: %w", err)
 		}
 	}

@@ -59,6 +59,23 @@ type Config struct {
 	// OnEpoch is called with the epoch when the cache first knows it and
 	// whenever it changes (for a log line).
 	OnEpoch func(epoch string)
+	// Position, when set with Epoch, reads how far the database the epoch
+	// names has written (durable.Store.CachePosition: its flushed WAL
+	// position, which only a restore takes back). CompleteMany then raises
+	// the epoch's watermark in Redis, before it writes a done entry, to the
+	// completions' positions (Completion.Position), reading this one only
+	// for a completion that carries none; and every epoch read checks the
+	// database against the watermark: one behind it (restored from a
+	// snapshot or a base backup, which keep the epoch) gets the epoch
+	// OnBehind returns. It costs a completion batch a Redis call when the
+	// position moved; nothing else.
+	Position func(ctx context.Context) (uint64, error)
+	// OnBehind is called when the database is at pos, behind epoch's
+	// watermark mark, and returns the epoch to run under instead, never one
+	// used before (durable.Store.BumpCacheEpochFrom). Required with
+	// Position. Until it succeeds, the cache answers nothing (every call
+	// returns ErrNoEpoch) and the next epoch read tries again.
+	OnBehind func(ctx context.Context, epoch string, pos, mark uint64) (string, error)
 	// OnError is called with every Redis error or timeout, and every failed
 	// read of the epoch (for a metric).
 	OnError func(error)
@@ -88,6 +105,8 @@ type Cache struct {
 	epochMu     sync.Mutex // serializes switches
 	epochFn     func(context.Context) (string, error)
 	onEpoch     func(string)
+	gens        uint64             // the epochs switched to so far (under epochMu)
+	marker      *marker            // nil: no watermark
 	stopRefresh context.CancelFunc // nil without Config.Epoch
 	refreshDone chan struct{}
 	closeOnce   sync.Once
@@ -146,6 +165,12 @@ func New(cfg Config) (*Cache, error) {
 		return c, nil
 	}
 	c.epochFn, c.onEpoch = cfg.Epoch, cfg.OnEpoch
+	if cfg.Position != nil {
+		if cfg.OnBehind == nil {
+			return nil, errors.New("claimcache: Position without OnBehind")
+		}
+		c.marker = &marker{position: cfg.Position, onBehind: cfg.OnBehind}
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	c.stopRefresh, c.refreshDone = stop, make(chan struct{})
 	_ = c.readEpoch(ctx) // a failure went to OnError; the refresher tries again
@@ -261,6 +286,11 @@ type Completion struct {
 	// a change the key is another, whose entry the script guards.
 	Owned bool
 	Epoch uint64
+	// Position is how far the database had written when it decided or
+	// read the answer (durable.Result.Position), for the watermark
+	// (Config.Position); 0: unknown, and CompleteMany reads the database's
+	// position itself.
+	Position uint64
 }
 
 // CompleteMany stores each of cs as its key's answer, unless a done entry
@@ -272,9 +302,17 @@ type Completion struct {
 // An error means some may not be written (each is then what a lost
 // Complete is: the next duplicate goes to Postgres).
 func (c *Cache) CompleteMany(ctx context.Context, cs []Completion) error {
+	called := time.Now()
 	st, err := c.state()
 	if err != nil {
 		return fmt.Errorf("complete: %w", err)
+	}
+	if c.marker != nil && len(cs) > 0 {
+		// No entry in Redis ahead of its watermark: nothing is written
+		// unless it was raised.
+		if err := c.raise(ctx, st, called, cs); err != nil {
+			return fmt.Errorf("complete: %w", err)
+		}
 	}
 	// Each completion goes to its key's node and answers to that node's
 	// breaker: one whose breaker is open is skipped (a lost Complete).

@@ -85,6 +85,22 @@
 // duplicate then allocates nothing (a !race test asserts 0 allocations per
 // request).
 //
+// # The watermark
+//
+// A database restored from a file-system snapshot or a base backup keeps
+// its epoch (system identifier, timeline, counter) while it lost the
+// commits made after the copy, whose answers the cache may hold. With
+// Config.Position, each epoch has a watermark, "ne:<epoch>:watermark": a
+// WAL position of the database, raised by CompleteMany before it writes any
+// done entry, to the positions the answers carry (Completion.Position, the
+// decision's own) or, for one that carries none, to a position read after
+// its commit, so no entry is ahead of it. Each epoch read reads the
+// watermark, then the database's flushed position; a database behind the
+// watermark gets a new epoch from Config.OnBehind (edged moves the counter
+// on), and until then the cache answers nothing. A completion batch costs
+// one Redis call when the position moved; claims, lookups and hot
+// duplicates cost nothing more.
+//
 // # Memory
 //
 // A done entry for a generic answer costs 216 bytes by MEMORY USAGE and 278

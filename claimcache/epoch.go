@@ -69,21 +69,46 @@ func validEpoch(e string) error {
 // readEpoch reads the epoch and switches to it if it changed; a failure
 // keeps the epoch the cache has, and goes to OnError.
 func (c *Cache) readEpoch(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, epochEvery)
-	e, err := c.epochFn(ctx)
+	rctx, cancel := context.WithTimeout(ctx, epochEvery)
+	e, err := c.epochFn(rctx)
 	cancel()
 	if err == nil {
 		err = validEpoch(e)
 	}
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrEpoch, err)
-		if c.onError != nil {
-			c.onError(err)
-		}
+		c.report(err)
 		return err
+	}
+	if c.marker != nil {
+		mctx, cancel := context.WithTimeout(ctx, epochEvery)
+		next, err := c.checkMark(mctx, e)
+		cancel()
+		switch {
+		case errors.Is(err, ErrBehind):
+			// The entries under e may hold answers the database lost:
+			// answer nothing from the cache until an epoch of its own.
+			c.dropEpoch()
+			c.report(err)
+			return err
+		case err == nil:
+			e = next
+		default:
+			c.report(err) // not checked this time; the next read checks
+			if next != e && validEpoch(next) == nil {
+				e = next
+			}
+		}
 	}
 	c.setEpoch(e)
 	return nil
+}
+
+// report hands err to OnError, if set.
+func (c *Cache) report(err error) {
+	if c.onError != nil {
+		c.onError(err)
+	}
 }
 
 // RefreshEpoch reads the epoch now rather than at the next tick, e.g. as
@@ -109,16 +134,26 @@ func (c *Cache) setEpoch(e string) {
 	if old != nil && old.epoch == e {
 		return
 	}
-	st := &epochState{epoch: e, prefix: "ne:" + e + ":{", gen: 1}
-	if old != nil {
-		st.gen = old.gen + 1
-	}
+	c.gens++ // never a generation the local table held before
+	st := &epochState{epoch: e, prefix: "ne:" + e + ":{", gen: c.gens}
 	c.epoch.Store(st)
 	if c.local != nil {
 		c.local.reset(st.gen)
 	}
 	if c.onEpoch != nil {
 		c.onEpoch(e)
+	}
+}
+
+// dropEpoch stops every call from using the cache (ErrNoEpoch) until an
+// epoch is set again, and empties the local table.
+func (c *Cache) dropEpoch() {
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	c.epoch.Store(nil)
+	if c.local != nil {
+		c.gens++
+		c.local.reset(c.gens)
 	}
 }
 

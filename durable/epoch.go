@@ -3,6 +3,9 @@ package durable
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -84,4 +87,51 @@ func (s *Store) BumpCacheEpoch(ctx context.Context) (string, error) {
 		return "", wrap(ctx, "bump cache epoch", err)
 	}
 	return epoch, nil
+}
+
+// sqlCachePosition reads how far the primary has flushed its WAL, in bytes
+// from the start: a commit was flushed before its answer went out, and
+// neither a restart nor a crash's recovery ends short of what was flushed.
+// Only a restore takes it back. On a standby it fails, as CacheEpoch does.
+const sqlCachePosition = `SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::text`
+
+// CachePosition returns how far the database has flushed its WAL
+// (claimcache.Config.Position): a database found behind the claim cache's
+// watermark, raised to its decisions' positions (Result.Position), was
+// restored from a snapshot or a base backup. It runs on the operator pool.
+func (s *Store) CachePosition(ctx context.Context) (uint64, error) {
+	var text string
+	if err := s.ops.QueryRow(ctx, sqlCachePosition).Scan(&text); err != nil {
+		return 0, wrap(ctx, "cache position", err)
+	}
+	pos, err := strconv.ParseUint(text, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cache position %q: %w", text, err)
+	}
+	return pos, nil
+}
+
+// sqlBumpCacheEpochFrom moves the counter on as sqlBumpCacheEpoch does, but
+// only while it is still $1: of several nodes that found the same reason
+// at once, one bumps; the row lock makes the others re-check the counter
+// and find it moved.
+const sqlBumpCacheEpochFrom = `UPDATE cache_epoch AS c
+	SET counter = GREATEST(c.counter + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+	WHERE c.counter = $1`
+
+// BumpCacheEpochFrom bumps the counter if the database's epoch is still
+// epoch, and returns the epoch after: the one it bumped to, or the one
+// another node bumped to first. Every node that finds the same database
+// behind the cache's watermark at the same time then moves to one new
+// epoch, not one each.
+func (s *Store) BumpCacheEpochFrom(ctx context.Context, epoch string) (string, error) {
+	i := strings.LastIndexByte(epoch, '-')
+	counter, err := strconv.ParseInt(epoch[i+1:], 10, 64)
+	if i < 0 || err != nil {
+		return "", fmt.Errorf("bump cache epoch: %q is not an epoch", epoch)
+	}
+	if _, err := s.ops.Exec(ctx, sqlBumpCacheEpochFrom, counter); err != nil {
+		return "", wrap(ctx, "bump cache epoch", err)
+	}
+	return s.CacheEpoch(ctx)
 }

@@ -6,10 +6,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
+	"github.com/notifyedge/notifyedge/durable/wait"
 )
 
 // epochParts splits "<system_identifier>-<timeline>-<counter>".
@@ -146,5 +148,83 @@ func TestCacheEpochAsPlainRole(t *testing.T) {
 	}
 	if _, err := s.BumpCacheEpoch(ctx); err != nil {
 		t.Fatalf("BumpCacheEpoch as a plain role: %v", err)
+	}
+}
+
+// A decision returns the WAL position past its writes (Result.Position),
+// a replay one past the claim it read; the flushed position the watermark
+// is checked against reaches it once the commit is flushed (at once with
+// synchronous_commit on; this cluster runs with it off).
+func TestCachePosition(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	p0, err := b.store.CachePosition(ctx)
+	if err != nil || p0 == 0 {
+		t.Fatalf("CachePosition = %d, %v", p0, err)
+	}
+	b.order(t, "O-pos", durable.PendingPay, 100, "CNY")
+	n := note("T-pos", durable.PaySuccess, "O-pos", 100, "CNY")
+	res, err := b.store.Process(ctx, n)
+	if err != nil || res.Outcome != durable.Applied || res.Position <= p0 {
+		t.Fatalf("applied: %+v, %v; want a position past %d", res, err, p0)
+	}
+	wait.For(t, "the flushed position at the decision's", func() (bool, string) {
+		p, err := b.store.CachePosition(ctx)
+		return err == nil && p >= res.Position, fmt.Sprint(p, err)
+	})
+	replay, err := b.store.Process(ctx, n)
+	if err != nil || !replay.Replayed || replay.Position < res.Position {
+		t.Errorf("replay: %+v, %v; want a position at least the decision's %d", replay, err, res.Position)
+	}
+}
+
+// Several nodes that find the same database behind the watermark at once
+// move it to one new epoch: the counter moves once, and each gets the new
+// epoch. An epoch that is no longer the database's moves nothing.
+func TestBumpCacheEpochFrom(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	e0, err := b.store.CacheEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each update of the counter row leaves a row here.
+	for _, q := range []string{`CREATE TABLE bumps (at timestamptz DEFAULT clock_timestamp())`,
+		`CREATE FUNCTION count_bump() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO bumps DEFAULT VALUES; RETURN NEW; END $$`,
+		`CREATE TRIGGER count_bump AFTER UPDATE ON cache_epoch FOR EACH ROW EXECUTE FUNCTION count_bump()`} {
+		if _, err := b.db.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const nodes = 4
+	got := make([]string, nodes)
+	errs := make([]error, nodes)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() { got[i], errs[i] = b.store.BumpCacheEpochFrom(ctx, e0) })
+	}
+	wg.Wait()
+	e1, err := b.store.CacheEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, c0 := epochParts(t, e0)
+	_, _, c1 := epochParts(t, e1)
+	if c1 == c0 {
+		t.Fatalf("epoch still %s", e1)
+	}
+	for i := range nodes {
+		if errs[i] != nil || got[i] != e1 {
+			t.Errorf("node %d: %q, %v; want %s", i, got[i], errs[i], e1)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM bumps`); n != 1 {
+		t.Errorf("%d nodes found the database behind at once: %d bumps, want 1", nodes, n)
+	}
+	if e, err := b.store.BumpCacheEpochFrom(ctx, e0); err != nil || e != e1 {
+		t.Errorf("from the old epoch again: %q, %v; want %s unchanged", e, err, e1)
+	}
+	if _, err := b.store.BumpCacheEpochFrom(ctx, "not an epoch"); err == nil {
+		t.Error("a malformed epoch was accepted")
 	}
 }

@@ -294,7 +294,8 @@ func (s *Store) processBatch(ctx context.Context, batch []*member) ([]answer, []
 	for rows.Next() {
 		var idx int32
 		var outcome, status, result, review *string
-		if err := rows.Scan(&idx, &outcome, &status, &result, &review); err != nil {
+		var position int64
+		if err := rows.Scan(&idx, &outcome, &status, &result, &review, &position); err != nil {
 			return nil, nil, wrap(ctx, "process batch", err)
 		}
 		i := int(idx) - 1
@@ -307,6 +308,7 @@ func (s *Store) processBatch(ctx context.Context, batch []*member) ([]answer, []
 			continue
 		}
 		res, err := decodeDecision(keys[i], outcome, status, result, review)
+		res.Position = uint64(position)
 		results[i] = answer{res: res, err: err}
 	}
 	// rows.Err is only known once the statement's transaction has ended:
@@ -379,7 +381,7 @@ func buildBatchSQL() string {
 		partial = append(partial, r.partial)
 		adopt = append(adopt, strconv.FormatBool(r.adopt))
 	}
-	return `SELECT o_idx, o_outcome, o_status, o_result, o_review
+	return `SELECT o_idx, o_outcome, o_status, o_result, o_review, ` + sqlPosition + ` AS o_position
   FROM notifyedge_process_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
        ` + strings.Join([]string{sqlTextArray(evs),
 		"ARRAY[" + strings.Join(lo, ", ") + "]::int[]", "ARRAY[" + strings.Join(hi, ", ") + "]::int[]",

@@ -164,7 +164,7 @@ var processSQL = buildProcessSQL()
 var processTracedSQL = func() map[Event]string {
 	out := make(map[Event]string, len(processSQL))
 	for e, sql := range processSQL {
-		out[e] = `WITH d (o_outcome, o_status, o_result, o_review) AS MATERIALIZED (
+		out[e] = `WITH d (o_outcome, o_status, o_result, o_review, o_position) AS MATERIALIZED (
 ` + sql + `
 ), tr AS (
   INSERT INTO notify_trace (biz_key, traceparent)
@@ -193,9 +193,9 @@ func buildProcessSQL() map[Event]string {
 		r := eventRules[e]
 		out[e] = `WITH c AS MATERIALIZED (
     SELECT payload_hash, result_json FROM notify_claim WHERE biz_key = $1)
-SELECT 'replayed', NULL, result_json, NULL FROM c WHERE payload_hash = $3
+SELECT 'replayed', NULL, result_json, NULL, ` + sqlPosition + ` FROM c WHERE payload_hash = $3
 UNION ALL
-SELECT o_outcome, o_status, o_result, o_review
+SELECT o_outcome, o_status, o_result, o_review, ` + sqlPosition + `
   FROM notifyedge_process($1, $2, $3, $4, (SELECT payload_hash FROM c), $5, $6, $7,
        $8, $9, $10, $11,
        ` + strings.Join([]string{sqlTextArray(r.from), sqlTextArray(r.party), sqlTextArray(r.act),
@@ -205,6 +205,11 @@ SELECT o_outcome, o_status, o_result, o_review
 	}
 	return out
 }
+
+// sqlPosition is the WAL position a decision's statement returns with its
+// answer (Result.Position), read once the statement's writes are in the
+// WAL: its commit record follows.
+const sqlPosition = `(pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8`
 
 // sqlText quotes s as an SQL text constant.
 func sqlText(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'::text" }
@@ -274,6 +279,7 @@ func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 // pool.
 func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notification) (Result, error) {
 	var outcome, status, result, review *string
+	var position int64
 	decide := func(q rowQuerier) error {
 		args := []any{n.BizKey, n.OrderNo, n.Digest, textSafe(n.RawBody),
 			string(n.Event), n.Amount, n.Currency,
@@ -282,7 +288,7 @@ func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notificati
 		if n.Traceparent != "" {
 			sql, args = processTracedSQL[n.Event], append(args, n.Traceparent)
 		}
-		return q.QueryRow(ctx, sql, args...).Scan(&outcome, &status, &result, &review)
+		return q.QueryRow(ctx, sql, args...).Scan(&outcome, &status, &result, &review, &position)
 	}
 	var err error
 	if n.Via == "" {
@@ -299,7 +305,9 @@ func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notificati
 	if err != nil {
 		return Result{}, wrap(ctx, "process "+n.BizKey, err)
 	}
-	return decodeDecision(n.BizKey, outcome, status, result, review)
+	res, err := decodeDecision(n.BizKey, outcome, status, result, review)
+	res.Position = uint64(position)
+	return res, err
 }
 
 // rowQuerier is a pool or a transaction, for a statement that returns one

@@ -97,6 +97,13 @@ type Result struct {
 	// reads back from these same bytes (ParseCanonical), so it answers as
 	// the first delivery did.
 	Canonical []byte
+	// Position is how far the database's WAL was written when the result
+	// was decided or read: past every write of the decision, its commit
+	// record aside, and past the commit of the claim a replay read. The
+	// claim cache raises its watermark to it before it caches the answer
+	// (claimcache.Completion.Position), so that a database restored to a
+	// point before it is found behind the watermark.
+	Position uint64
 }
 
 // The canonical form of a DONE result, as notifyedge_result writes it (the

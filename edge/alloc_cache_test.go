@@ -4,6 +4,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -111,9 +112,12 @@ func TestCacheHitAllocations(t *testing.T) {
 		t.Errorf("the cache-hit path allocates %.0f times beyond the libraries' %.0f (want at most 2)", handler-bare, bare)
 	}
 
-	// With the per-node table of done entries (as edged runs), a hot
-	// duplicate makes no Redis call and allocates nothing at all.
-	local, err := claimcache.New(claimcache.Config{Client: client, LocalEntries: 1024, Epoch: epochFn})
+	// With the per-node table of done entries and the watermark (as edged
+	// runs), a hot duplicate makes no Redis call and allocates nothing at
+	// all.
+	local, err := claimcache.New(claimcache.Config{Client: client, LocalEntries: 1024, Epoch: epochFn,
+		Position: func(context.Context) (uint64, error) { return 1, nil },
+		OnBehind: func(context.Context, string, uint64, uint64) (string, error) { return "", errors.New("not behind") }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,7 @@ type cleanupJob struct {
 	complete bool
 	owned    bool   // the request won the claim (claimcache.Completion.Owned)
 	epoch    uint64 // the cache epoch it won it under
+	position uint64 // the database's position with the answer (durable.Result.Position)
 	// span is the request's server span when it is sampled (zero
 	// otherwise): the completion's span links it.
 	span trace.SpanContext
@@ -67,7 +68,8 @@ func (cc *cacheCleanup) run() {
 		completions = completions[:0]
 		for _, j := range batch {
 			if j.complete {
-				completions = append(completions, claimcache.Completion{Key: j.key, Digest: j.digest, Response: j.response, Owned: j.owned, Epoch: j.epoch})
+				completions = append(completions, claimcache.Completion{Key: j.key, Digest: j.digest, Response: j.response, Owned: j.owned, Epoch: j.epoch,
+					Position: j.position})
 			} else {
 				_ = cc.cache.Abort(context.Background(), j.key, j.digest, j.token)
 			}
@@ -125,11 +127,13 @@ func (cc *cacheCleanup) drain(batch []*cleanupJob) []*cleanupJob {
 }
 
 // complete queues a Complete of key with response (both copied); owned
-// says the request won the key's claim, under epoch; span is the request's
-// server span if it is sampled.
-func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte, owned bool, epoch uint64, span trace.SpanContext) {
+// says the request won the key's claim, under epoch; position is the
+// database's with the answer; span is the request's server span if it is
+// sampled.
+func (cc *cacheCleanup) complete(key []byte, d claimcache.Digest, response []byte, owned bool, epoch, position uint64, span trace.SpanContext) {
 	j := cc.free.Get().(*cleanupJob)
 	j.key, j.digest, j.complete, j.owned, j.epoch, j.span = append(j.key[:0], key...), d, true, owned, epoch, span
+	j.position = position
 	j.response = append(j.response[:0], response...)
 	cc.enqueue(j)
 }

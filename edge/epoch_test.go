@@ -172,7 +172,8 @@ func TestPromotedStandbyIsNotAnsweredFromTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { primary.Stop() })
-	b1 := setup(t, options{dbURL: primary.URL("postgres"), cache: true, localEntries: 1024, epoch: true})
+	// The watermark on, as edged runs: a promotion is no restore.
+	b1 := setup(t, options{dbURL: primary.URL("postgres"), cache: true, localEntries: 1024, epoch: true, watermark: true})
 	b1.order(t, "O-pr", durable.PendingPay, 1999)
 
 	// A long checkpoint_timeout keeps the end-of-recovery checkpoint after
@@ -225,7 +226,7 @@ func TestPromotedStandbyIsNotAnsweredFromTheCache(t *testing.T) {
 	if err := sc.QueryRow(ctx, `SELECT timeline_id FROM pg_control_checkpoint()`).Scan(&checkpointTL); err != nil {
 		t.Fatal(err)
 	}
-	b2 := setup(t, options{dbURL: standby.URL("postgres"), redis: b1.redis, cache: true, localEntries: 1024, epoch: true})
+	b2 := setup(t, options{dbURL: standby.URL("postgres"), redis: b1.redis, cache: true, localEntries: 1024, epoch: true, watermark: true})
 	epoch1 := b2.cache.Epoch()
 	t.Logf("epoch on the primary %s, on the promoted standby %s; pg_control_checkpoint() says timeline %d", epoch0, epoch1, checkpointTL)
 	p0, p1 := strings.Split(epoch0, "-"), strings.Split(epoch1, "-")
@@ -241,4 +242,145 @@ func TestPromotedStandbyIsNotAnsweredFromTheCache(t *testing.T) {
 		t.Errorf("order %s on the promoted database, want PAID", got)
 	}
 	b2.cachedDuplicate(t, pay)
+}
+
+// A base backup of a running database, started as the primary after more
+// payments were applied and cached: the restored database has the same
+// system identifier, timeline and counter, so the same epoch, and lacks
+// every payment written after the backup. The node started on it finds the
+// database behind the cache's watermark and moves the epoch on: each
+// re-delivery of a payment written after the backup is applied again (the
+// order PAID once), none is answered from the cache; those written before
+// are replayed.
+func TestRestoredBaseBackupIsNotAnsweredFromTheCache(t *testing.T) {
+	restoredBackupScenario(t, true)
+}
+
+// Without the watermark the same restore is answered from the cache: the
+// scenario above would catch a watermark that does not work.
+func TestRestoredBaseBackupWithoutWatermarkIsAnsweredFromTheCache(t *testing.T) {
+	if n := restoredBackupScenario(t, false); n == 0 {
+		t.Error("with the watermark off no re-delivery was answered from the cache: the scenario does not restore what it should")
+	}
+}
+
+// restoredBackupScenario runs the restore, with the cache's watermark on
+// or off, and returns how many re-deliveries of payments written after the
+// backup the cache answered.
+func restoredBackupScenario(t *testing.T, watermark bool) int {
+	ctx := context.Background()
+	primary, err := pgtemp.Start(ctx, pgtemp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { primary.Stop() })
+	opts := options{dbURL: primary.URL("postgres"), cache: true, localEntries: 1024, epoch: true, watermark: watermark}
+	b1 := setup(t, opts)
+	const before, after = 5, 10
+	pay := func(i int) string {
+		return body(fmt.Sprintf("T-bk%d", i), "PAY_SUCCESS", fmt.Sprintf("O-bk%d", i), 1999)
+	}
+	for i := range before + after {
+		b1.order(t, fmt.Sprintf("O-bk%d", i), durable.PendingPay, 1999)
+	}
+	deliver := func(b *bundle, i int) {
+		t.Helper()
+		if r := b.post(t, pay(i)); r.status != 200 || r.replayed || r.body != appliedPaid {
+			t.Fatalf("payment %d: %d %q replayed=%v, want applied", i, r.status, r.body, r.replayed)
+		}
+		b.cachedDuplicate(t, pay(i))
+	}
+	for i := range before {
+		deliver(b1, i)
+	}
+	backup, err := pgtemp.TakeBackup(ctx, primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := before; i < before+after; i++ {
+		deliver(b1, i)
+	}
+	epoch0 := b1.cache.Epoch()
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := backup.Start(ctx, pgtemp.Options{})
+	if err != nil {
+		backup.Remove()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restored.Stop() })
+
+	// The node restarted on the restored database, with the same Redis.
+	opts.dbURL, opts.redis = restored.URL("postgres"), b1.redis
+	b2 := setup(t, opts)
+	epoch1 := b2.cache.Epoch()
+	const sample = `notifyedge_requests_total{channel="acme",outcome="replayed_cache"}`
+	fromCache := 0
+	for i := range before + after {
+		cached := b2.metric(t, sample)
+		r := b2.post(t, pay(i))
+		if b2.metric(t, sample) > cached {
+			if i >= before {
+				fromCache++
+			}
+			continue
+		}
+		want := i < before // a payment the backup holds is replayed by Postgres
+		if r.status != 200 || r.replayed != want || r.body != appliedPaid {
+			t.Errorf("payment %d re-delivered: %d %q replayed=%v, want replayed=%v", i, r.status, r.body, r.replayed, want)
+		}
+	}
+	var paid, events int
+	if err := b2.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'PAID'), (SELECT count(*) FROM outbox WHERE order_no LIKE 'O-bk%')
+		FROM biz_order WHERE order_no LIKE 'O-bk%'`).Scan(&paid, &events); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("watermark %v: epoch %s before, %s on the restored database; %d payments after the backup re-delivered, %d answered from the cache; %d orders PAID, %d order events",
+		watermark, epoch0, epoch1, after, fromCache, paid, events)
+	if watermark {
+		if fromCache != 0 || paid != before+after || events != before+after || epoch1 == epoch0 {
+			t.Errorf("%d of %d payments after the backup answered from the cache, %d orders PAID, %d events, epoch %s then %s: "+
+				"want none from the cache, every order PAID once, a new epoch", fromCache, after, paid, events, epoch0, epoch1)
+		}
+	}
+	return fromCache
+}
+
+// A crash of the database (every backend gone, recovery at the next
+// start) is no restore: the node reconnects, the epoch stays, and
+// duplicates are answered from the cache again.
+func TestDatabaseCrashKeepsTheCacheEpoch(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Stop() })
+	b := setup(t, options{dbURL: db.URL("postgres"), cache: true, localEntries: 1024, epoch: true, watermark: true})
+	b.order(t, "O-cr1", durable.PendingPay, 1999)
+	b.order(t, "O-cr2", durable.PendingPay, 1999)
+	pay1, pay2 := body("T-cr1", "PAY_SUCCESS", "O-cr1", 1999), body("T-cr2", "PAY_SUCCESS", "O-cr2", 1999)
+	if r := b.post(t, pay1); r.status != 200 || r.body != appliedPaid {
+		t.Fatalf("first delivery: %d %q", r.status, r.body)
+	}
+	b.cachedDuplicate(t, pay1)
+	epoch0 := b.cache.Epoch()
+
+	db.Crash()
+	if err := db.Restart(ctx, pgtemp.Options{Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "a payment applied after the restart", func() (bool, string) {
+		r := b.post(t, pay2)
+		return r.status == 200 && r.body == appliedPaid, fmt.Sprint(r.status, " ", r.body)
+	})
+	b.cachedDuplicate(t, pay2)
+	if err := b.cache.RefreshEpoch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.cache.Epoch(); got != epoch0 {
+		t.Errorf("epoch %s after the crash, want %s (no restore)", got, epoch0)
+	}
+	b.cachedDuplicate(t, pay1)
 }

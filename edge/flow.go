@@ -153,7 +153,7 @@ func (s *Server) decide(start time.Time, x *exchange) {
 		if cacheUp {
 			// Committed: from now on the cache may answer with these bytes.
 			x.cached = encodeCached(x.cached[:0], x.verdict.HTTP, x.ctype, x.body)
-			s.cleanup.complete(x.d.Key, x.d.Sum, x.cached, owned.Verdict == claimcache.Won, owned.Epoch, x.sampled()) // after the answer
+			s.cleanup.complete(x.d.Key, x.d.Sum, x.cached, owned.Verdict == claimcache.Won, owned.Epoch, res.Position, x.sampled()) // after the answer
 		}
 		return
 	}

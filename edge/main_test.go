@@ -75,6 +75,10 @@ type options struct {
 	// POST /cache/epoch, as edged runs.
 	localEntries int
 	epoch        bool
+	// watermark, with epoch, keeps the cache's watermark of the database's
+	// position and moves the epoch on for a database behind it, as edged
+	// runs.
+	watermark bool
 	// dbURL shares another bundle's database (two nodes).
 	dbURL string
 	// redisURL, with cache, is where the cache client connects (a proxy in
@@ -164,6 +168,12 @@ func setup(t testing.TB, o options) *bundle {
 		}
 		if o.epoch {
 			ccfg.Epoch = store.CacheEpoch
+		}
+		if o.epoch && o.watermark {
+			ccfg.Position = store.CachePosition
+			ccfg.OnBehind = func(ctx context.Context, epoch string, _, _ uint64) (string, error) {
+				return store.BumpCacheEpochFrom(ctx, epoch)
+			}
 		}
 		cache, err = claimcache.New(ccfg)
 		if err != nil {

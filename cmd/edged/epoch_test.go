@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
@@ -81,6 +83,9 @@ func TestMainWiresCacheEpoch(t *testing.T) {
 	}
 	pay("T-e1", "O-e1")
 	waitKey("ne:" + epoch0 + ":{acme:T-e1:PAY_SUCCESS}")
+	// The database's position was raised into the epoch's watermark
+	// before the answer was cached.
+	waitKey("ne:" + epoch0 + ":watermark")
 
 	req, _ := http.NewRequest("POST", "http://"+m.AdminAddr()+"/cache/epoch", nil)
 	req.Header.Set("Authorization", "Bearer tok")
@@ -114,6 +119,27 @@ func TestEpochCause(t *testing.T) {
 	} {
 		if got := epochCause(c.from, c.to); got != c.want {
 			t.Errorf("epochCause(%q, %q) = %q, want %q", c.from, c.to, got, c.want)
+		}
+	}
+}
+
+// A restore this node found is logged and counted once, as restore, also
+// when it is found at start; the new epoch it moved to is not counted again
+// when the cache switches to it, and an epoch read again unchanged is no
+// change.
+func TestEpochWatchCountsRestore(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	w, err := newEpochWatch(reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.restored("7341-1-0", "7341-1-5", 100, 200) // found at start
+	w.seen("7341-1-5")
+	w.seen("7341-1-5")
+	w.seen("7341-1-6") // another node's bump
+	for cause, want := range map[string]float64{epochCauseRestore: 1, epochCauseCounter: 1, epochCauseTimeline: 0, epochCauseCluster: 0} {
+		if got := testutil.ToFloat64(w.changes.WithLabelValues(cause)); got != want {
+			t.Errorf("changes{cause=%q} = %v, want %v", cause, got, want)
 		}
 	}
 }

@@ -332,6 +332,22 @@ func (m *Main) openCache(metrics *edge.Metrics) error {
 		// bumped the epoch of, is never answered for by entries of its past.
 		Epoch:   m.cacheEpoch,
 		OnEpoch: watch.seen,
+		// A database restored from a snapshot or a base backup keeps the
+		// epoch; behind the watermark of what the entries hold, it gets a
+		// new one.
+		Position: m.cachePosition,
+		OnBehind: func(ctx context.Context, epoch string, pos, mark uint64) (string, error) {
+			s := m.ready.Load()
+			if s == nil {
+				return "", errStarting
+			}
+			next, err := s.BumpCacheEpochFrom(ctx, epoch)
+			if err != nil {
+				return "", err
+			}
+			watch.restored(epoch, next, pos, mark)
+			return next, nil
+		},
 		OnError: func(err error) {
 			if !logEpochError(m.Logger, err) {
 				metrics.CacheErrors.Inc()

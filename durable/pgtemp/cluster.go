@@ -58,6 +58,8 @@ type Options struct {
 // Cluster is one running throwaway PostgreSQL server.
 type Cluster struct {
 	dir     string // everything lives here: data, socket, log
+	bin     string // the server binaries, for Restart
+	cred    *syscall.Credential
 	port    int
 	tcp     bool
 	cmd     *exec.Cmd
@@ -113,6 +115,7 @@ func (c *Cluster) start(ctx context.Context, bin string, o Options) error {
 // serve runs postgres on the data directory under c.dir as cred (a direct
 // child of this process) and waits until it accepts connections.
 func (c *Cluster) serve(ctx context.Context, bin string, cred *syscall.Credential, o Options) error {
+	c.bin, c.cred = bin, cred
 	data := filepath.Join(c.dir, "data")
 	var err error
 	c.port = 5432
@@ -217,6 +220,28 @@ func (c *Cluster) Kill() {
 		_ = c.cmd.Process.Kill()
 		<-c.exited
 	}
+}
+
+// Crash stops the server as a crash does, for the data: an immediate
+// shutdown (SIGQUIT: every backend exits at once, nothing is checkpointed
+// or flushed), so the next start runs crash recovery.
+func (c *Cluster) Crash() {
+	if c.cmd != nil && c.cmd.Process != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+		<-c.exited
+	}
+}
+
+// Restart starts the server again on its data directory, after Crash or
+// Kill, with o as Start takes it (o.Port 0 keeps a TCP server's port),
+// and returns once it accepts connections.
+func (c *Cluster) Restart(ctx context.Context, o Options) error {
+	if c.tcp && o.Port == 0 {
+		o.Port = c.port
+	}
+	o.TCP = c.tcp
+	c.exited = make(chan struct{})
+	return c.serve(ctx, c.bin, c.cred, o)
 }
 
 // Stop shuts the server down (fast shutdown, then SIGKILL after 10 s) and
