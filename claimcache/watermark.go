@@ -25,10 +25,11 @@ import (
 //     everything it writes): an entry is never in Redis ahead of its
 //     watermark, and an answer that carries its position needs no read of
 //     the database to be cached.
-//   - The position is the database's flushed WAL position
-//     (Config.Position), which no restart or crash lowers: a commit was
-//     flushed before its answer went out, and recovery replays at least
-//     that far. Retention and aborts do not move it either.
+//   - The check compares the database's flushed WAL position
+//     (Config.Position), which no restart or crash takes back: a decision's
+//     position precedes its commit record, which was flushed before its
+//     answer went out (synchronous_commit on), and recovery replays at
+//     least that far. Retention and aborts do not lower it either.
 //   - The check reads the watermark first and the position after, so a
 //     watermark raised meanwhile by another node, from a later position,
 //     is never compared with an earlier one.

@@ -38,8 +38,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// With an OTLP endpoint in the environment, each batch that carries a
-	// callback's trace context is a span of that trace, its queries and Redis commands
-	// spans under it.
+	// callback's trace context is a span of that trace, with its queries
+	// and Redis commands as spans under it.
 	tp, err := tracing.Setup(ctx, "shipper", os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shipper:", err)
