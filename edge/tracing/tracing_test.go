@@ -2,7 +2,6 @@ package tracing_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/notifyedge/notifyedge/edge/tracing"
@@ -41,17 +40,7 @@ func TestEnabled(t *testing.T) {
 // query outside any sampled callback starts no trace (and allocates
 // nothing to find that out); one inside is that span's child.
 func TestChildrenOnlyUnderARecordingSpan(t *testing.T) {
-	rcv, err := tracingtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rcv.Close()
-	// The SDK reads its variables from the process's environment.
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.Endpoint())
-	p, err := tracing.Setup(context.Background(), "edged", os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, rcv := tracingtest.Provider(t)
 	if (*tracing.Provider)(nil).Children() != nil {
 		t.Error("tracing off: want no provider for the clients")
 	}

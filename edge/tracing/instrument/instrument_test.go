@@ -2,7 +2,6 @@ package instrument_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -11,7 +10,6 @@ import (
 
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
-	"github.com/notifyedge/notifyedge/edge/tracing"
 	"github.com/notifyedge/notifyedge/edge/tracing/instrument"
 	"github.com/notifyedge/notifyedge/edge/tracing/tracingtest"
 )
@@ -26,17 +24,7 @@ func TestClientsUnderACallback(t *testing.T) {
 	if instrument.Postgres(nil) != nil || instrument.Redis(nil, nil) != nil {
 		t.Fatal("tracing off: want no tracer and no hook")
 	}
-	rcv, err := tracingtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rcv.Close()
-	// The SDK reads its variables from the process's environment.
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.Endpoint())
-	p, err := tracing.Setup(context.Background(), "edged", os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, rcv := tracingtest.Provider(t)
 	ctx := context.Background()
 	cc, err := pgx.ParseConfig(durabletest.NewDatabase(t))
 	if err != nil {
