@@ -72,11 +72,7 @@ type noAuthority struct{ edge.Authority }
 // never tried at all asked once.
 func TestScheduleOnAnInjectedClock(t *testing.T) {
 	ctx := context.Background()
-	store, err := durable.New(ctx, durable.Config{URL: durabletest.NewDatabase(t), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := newStore(t)
 	zone, _ := time.LoadLocation("Asia/Shanghai")
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 6, 9, 0, 0, 0, zone))
 	runs := map[string]int{}
@@ -150,4 +146,16 @@ func TestScheduleOnAnInjectedClock(t *testing.T) {
 	if got := ali.asks(); len(got) != 1 || got[0] != "2026-12-06" {
 		t.Errorf("a day never tried, after the give-up: asks %v, want one", got)
 	}
+}
+
+// newStore opens a Store on a database of the test's own, closed when the
+// test ends.
+func newStore(t *testing.T) *durable.Store {
+	t.Helper()
+	store, err := durable.New(context.Background(), durable.Config{URL: durabletest.NewDatabase(t), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	return store
 }

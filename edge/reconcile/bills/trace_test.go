@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/notifyedge/notifyedge/durable"
-	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/edge/reconcile/bills"
 	"github.com/notifyedge/notifyedge/edge/tracing/tracingtest"
 )
@@ -17,11 +16,7 @@ func TestBillRunSpan(t *testing.T) {
 	rec := tracingtest.Record(t)
 
 	ctx := context.Background()
-	store, err := durable.New(ctx, durable.Config{URL: durabletest.NewDatabase(t), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := newStore(t)
 	zone, _ := time.LoadLocation("Asia/Shanghai")
 	r, err := bills.New(bills.Config{Store: store, Decider: noDecisions{t}, Authority: noAuthority{}, Zone: zone})
 	if err != nil {
