@@ -59,6 +59,9 @@ type exchange struct {
 	// the server has no tracer or the request is not routed.
 	span trace.Span
 	tctx context.Context
+	// spanOpts holds the server span's start options, so that starting
+	// it allocates no slice of them.
+	spanOpts [2]trace.SpanStartOption
 }
 
 var exchanges = sync.Pool{New: func() any { return &exchange{body: make([]byte, 0, 256), path: PathRejected} }}

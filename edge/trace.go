@@ -29,11 +29,25 @@ var traceContext propagation.TraceContext
 
 // startTrace starts the request's server span, a child of the traceparent
 // the request carries if any, timed from start. Only with a tracer.
+//
+// Most callbacks are not sampled, so what every one pays is kept small:
+// no carrier is boxed when the request has no traceparent, the span kind
+// option is built once, and the options' slice lives in the pooled
+// exchange instead of escaping per call.
 func (s *Server) startTrace(start time.Time, x *exchange) {
-	parent := traceContext.Extract(context.Background(), tracing.HeaderCarrier{Header: x.req.Header})
-	x.tctx, x.span = s.tracer.Start(parent, s.spanName(x.req.Channel),
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
+	parent := context.Background()
+	if len(x.req.Header.Peek(headerTraceparent)) != 0 {
+		parent = traceContext.Extract(parent, tracing.HeaderCarrier{Header: x.req.Header})
+	}
+	x.spanOpts = [2]trace.SpanStartOption{serverSpanKind, trace.WithTimestamp(start)}
+	x.tctx, x.span = s.tracer.Start(parent, s.spanName(x.req.Channel), x.spanOpts[:]...)
 }
+
+// headerTraceparent is the W3C trace-context header a caller's trace comes in.
+const headerTraceparent = "traceparent"
+
+// serverSpanKind is built once: building it boxes a value each time.
+var serverSpanKind = trace.WithSpanKind(trace.SpanKindServer)
 
 // spanName is the server span's name for the {channel} path segment:
 // "notify <channel>" for a configured channel, "notify unknown" for any
