@@ -178,6 +178,48 @@ func TestCachePosition(t *testing.T) {
 	}
 }
 
+// A replay writes nothing, so nothing it answers makes the database flush:
+// its position must not pass the flushed one, even while another
+// transaction's records sit in the WAL unflushed, or the watermark it
+// raises finds the database behind it at the next check (a new epoch for
+// nothing, again and again while duplicates reach Postgres).
+func TestReplayPositionIsFlushed(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.order(t, "O-rpos", durable.PendingPay, 100, "CNY")
+	n := note("T-rpos", durable.PaySuccess, "O-rpos", 100, "CNY")
+	res, err := b.store.Process(ctx, n)
+	if err != nil || res.Outcome != durable.Applied {
+		t.Fatalf("applied: %+v, %v", res, err)
+	}
+	wait.For(t, "the flushed position at the decision's", func() (bool, string) {
+		p, err := b.store.CachePosition(ctx)
+		return err == nil && p >= res.Position, fmt.Sprint(p, err)
+	})
+	// Records in the WAL that no commit has flushed.
+	open, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if _, err := open.Exec(ctx, `CREATE TABLE unflushed AS SELECT g FROM generate_series(1, 100) g`); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		replay, err := b.store.Process(ctx, n)
+		if err != nil || !replay.Replayed {
+			t.Fatalf("replay: %+v, %v", replay, err)
+		}
+		flushed, err := b.store.CachePosition(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if replay.Position > flushed || replay.Position < res.Position {
+			t.Fatalf("replay position %x, flushed %x, decision %x: want decision <= replay <= flushed", replay.Position, flushed, res.Position)
+		}
+	}
+}
+
 // Several nodes that find the same database behind the watermark at once
 // move it to one new epoch: the counter moves once, and each gets the new
 // epoch. An epoch that is no longer the database's moves nothing.

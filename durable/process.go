@@ -207,9 +207,20 @@ SELECT o_outcome, o_status, o_result, o_review, ` + sqlPosition + `
 }
 
 // sqlPosition is the WAL position a decision's statement returns with its
-// answer (Result.Position), read once the statement's writes are in the
-// WAL: its commit record follows.
-const sqlPosition = `(pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8`
+// answer (Result.Position): never past what the database will have flushed
+// when the answer goes out.
+//
+//   - A statement that wrote (its transaction has an id) reads the insert
+//     position, past its writes: its commit record follows, and is flushed
+//     before the answer goes out.
+//   - One that wrote nothing (a replay) commits nothing to flush, while the
+//     insert position may already hold other transactions' records that no
+//     flush has reached: a watermark raised there would find the database
+//     "behind" it at the next check, and the cache would drop an epoch for
+//     nothing. It reads the flushed position instead, which covers the
+//     claim it read: a commit is visible only once its record is flushed.
+const sqlPosition = `(CASE WHEN pg_current_xact_id_if_assigned() IS NULL
+    THEN pg_current_wal_flush_lsn() ELSE pg_current_wal_insert_lsn() END - '0/0'::pg_lsn)::int8`
 
 // sqlText quotes s as an SQL text constant.
 func sqlText(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'::text" }
