@@ -248,7 +248,8 @@ func (g *group) alone(m *member) {
 
 // batchContext ends when the last member's deadline passes: a member whose
 // deadline came earlier has had its answer (the caller's own deadline) and
-// the rest still want theirs. Without deadlines, statement_timeout bounds it.
+// the rest still want theirs. It bounds the wait for a connection; the
+// statement runs under commitContext.
 func batchContext(batch []*member) (context.Context, context.CancelFunc) {
 	var last time.Time
 	for _, m := range batch {
@@ -283,7 +284,14 @@ func (s *Store) processBatch(ctx context.Context, batch []*member) ([]answer, []
 	if tps := traceparents(batch); tps != nil {
 		sql, args = sqlProcessBatchTraced, append(args, tps)
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, wrap(ctx, "process batch", err)
+	}
+	defer conn.Release()
+	ctx, cancel := s.commitContext(ctx)
+	defer cancel()
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, nil, wrap(ctx, "process batch", err)
 	}

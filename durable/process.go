@@ -259,10 +259,10 @@ func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 
 // alone decides n in a transaction of its own, on a goroutine of its own,
 // and returns by ctx's deadline whatever the database does, as a batch
-// member does: pgx, cancelled, waits for its cancel request, which a slow
-// network delays too. The transaction goes on to its end (committed or
-// rolled back); either is correct, because its claim makes the channel's
-// retry a replay.
+// member does. The statement is not cancelled (Config.CommitWait): the
+// transaction goes on to its end (committed or rolled back); either is
+// correct, because its claim, visible once committed where it must be,
+// makes the channel's retry a replay.
 func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 	n.RawBody = bytes.Clone(n.RawBody) // the caller may reuse its bytes once we return
 	out := make(chan answer, 1)        // buffered: the goroutine never waits for the caller
@@ -287,8 +287,16 @@ func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 }
 
 // processOn decides one validated delivery in a transaction of its own on
-// pool.
+// pool: a connection within ctx's deadline, the statement under
+// commitContext (never cancelled while its commit waits for a standby).
 func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notification) (Result, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return Result{}, wrap(ctx, "process "+n.BizKey, err)
+	}
+	defer conn.Release()
+	ctx, cancel := s.commitContext(ctx)
+	defer cancel()
 	var outcome, status, result, review *string
 	var position int64
 	decide := func(q rowQuerier) error {
@@ -301,12 +309,11 @@ func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notificati
 		}
 		return q.QueryRow(ctx, sql, args...).Scan(&outcome, &status, &result, &review, &position)
 	}
-	var err error
 	if n.Via == "" {
-		err = decide(pool) // a callback: one statement, its own transaction
+		err = decide(conn) // a callback: one statement, its own transaction
 	} else {
 		// The payload's "via" comes from the transaction's setting.
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SELECT set_config('notifyedge.via', $1, true)`, n.Via); err != nil {
 				return err
 			}

@@ -102,6 +102,17 @@ type Config struct {
 	// five does. A batch of one never waits: one caller at a time never has
 	// company to wait for.
 	GroupLinger time.Duration
+	// CommitWait bounds how long a decision's statement may run on past
+	// its caller's deadline (default 1m). The caller has its answer (an
+	// error) at the deadline; the statement is not cancelled, because a
+	// cancel that reaches a commit waiting for its synchronous standby
+	// ends the wait with the commit made on the primary only and visible:
+	// a re-delivery would be replayed SUCCESS from a row no standby has,
+	// and a failover would lose it. Execution is bounded by
+	// statement_timeout and lock_timeout on the server; only the standby's
+	// acknowledgement is waited for this long, past which the statement is
+	// cancelled after all.
+	CommitWait time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -117,6 +128,7 @@ func (c Config) withDefaults() Config {
 	c.GroupSize = cmp.Or(c.GroupSize, 64)
 	c.GroupLockTimeout = cmp.Or(c.GroupLockTimeout, 50*time.Millisecond)
 	c.GroupLinger = cmp.Or(c.GroupLinger, 3*time.Millisecond)
+	c.CommitWait = cmp.Or(c.CommitWait, time.Minute)
 	return c
 }
 
@@ -131,6 +143,7 @@ type Store struct {
 	pool         *pgxpool.Pool // callbacks, transitions, the relay's notifier
 	ops          *pgxpool.Pool // operator reads, review resolutions, the orders API
 	group        *group        // nil: one transaction per delivery
+	commitWait   time.Duration // Config.CommitWait
 	pokes        chan struct{}
 	closing      chan struct{}
 	closeOnce    sync.Once
@@ -199,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open operator pool: %w", err)
 	}
-	s := &Store{pool: pool, ops: ops, pokes: make(chan struct{}, 1), closing: make(chan struct{}), notifierDone: make(chan struct{})}
+	s := &Store{pool: pool, ops: ops, commitWait: cfg.CommitWait, pokes: make(chan struct{}, 1), closing: make(chan struct{}), notifierDone: make(chan struct{})}
 	if cfg.GroupCommit {
 		s.group = newGroup(s, cfg)
 	}
@@ -232,9 +245,19 @@ func setSession(pc *pgxpool.Config, cfg Config, statement, lock time.Duration, a
 	rp["jit"] = "off"
 	// On a deadline, ask the server to cancel at once (it rolls back and the
 	// connection stays usable); close the socket only if it does not answer.
+	// (pgx sends a cancel request whenever it gives up on a connection, so
+	// a decision's statement gets no deadline from its caller at all: see
+	// Config.CommitWait.)
 	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 50 * time.Millisecond}
 	}
+}
+
+// commitContext is the context a decision's statement runs under once it
+// has its connection: ctx's values (its trace) without ctx's deadline, for
+// up to CommitWait. See Config.CommitWait.
+func (s *Store) commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.commitWait)
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
