@@ -68,6 +68,19 @@ deps-haproxy:
 		[ $$rc = 0 ] || { echo "could not install haproxy: run 'sudo apt-get install haproxy'"; exit 1; }; \
 	else echo "missing haproxy: run 'sudo apt-get install haproxy'"; exit 1; fi
 
+# etcd, Patroni and haproxy for make bench-ha only (not for make test).
+# Debian's packages would start system services; policy-rc.d stops that
+# during the install, and the scenario starts its own on free ports.
+deps-ha: deps-haproxy
+	@command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing patroni and etcd (apt-get install patroni etcd-server)"; \
+		own=0; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own=1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends patroni etcd-server >/dev/null; rc=$$?; \
+		[ $$own = 1 ] && rm -f /usr/sbin/policy-rc.d; \
+		[ $$rc = 0 ] || { echo "could not install patroni and etcd: run 'sudo apt-get install patroni etcd-server'"; exit 1; }; \
+	else echo "missing patroni or etcd: run 'sudo apt-get install patroni etcd-server'"; exit 1; fi
+
 # PostgreSQL server binaries: found like durable/pgtemp finds them.
 # Installing Debian's package would create and start a "main" cluster; the
 # tests start their own, so that is switched off before the install.
@@ -142,6 +155,10 @@ bench-compare: deps
 bench-scale: deps deps-haproxy build
 	$(GO) run ./cmd/edgebench scale -edged bin/edged -shipper bin/shipper
 
+## bench-ha: three edged behind haproxy on Postgres managed by Patroni and etcd; a switchover, the leader killed, etcd's leader killed, the standby restarted; with synchronous_mode on, off, and on with the old readiness check (about 15 minutes)
+bench-ha: deps deps-ha build
+	$(GO) run ./cmd/edgebench ha -edged bin/edged
+
 ## bench-grown: first deliveries and hot duplicates on empty tables, then on a week of traffic (34.6M claims, 5M orders, 22.8M outbox rows, a day of cache entries), then retention deleting the day past it under load (about an hour)
 bench-grown: deps
 	$(GO) run ./cmd/edgebench run -scenario 'first,hotdup (cache on),grown' -out bench/results
@@ -212,4 +229,4 @@ lint:
 		echo "cmd/forwarder links a Postgres client: see 'go list -deps ./cmd/forwarder'"; exit 1; \
 	fi; echo "forwarder links no Postgres client: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy run build test demo bench-go bench-scale bench-compare bench-grown bench-soak bench-bills fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy deps-ha run build test demo bench-go bench-scale bench-ha bench-compare bench-grown bench-soak bench-bills fuzz test-race bench lint

@@ -26,7 +26,13 @@ type scaleProc struct {
 // startProc starts a child of ours (killed with us), its output in a file
 // of the run's directory.
 func (st *scaleStack) startProc(name, bin string, args, env []string) (*scaleProc, error) {
-	logf, err := os.Create(filepath.Join(st.dir, name+".log"))
+	return startChild(st.dir, name, bin, args, env, nil)
+}
+
+// startChild starts a child of ours (killed with us), its output in
+// dir/name.log, as the user cred names (nil: as we run).
+func startChild(dir, name, bin string, args, env []string, cred *syscall.Credential) (*scaleProc, error) {
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +44,7 @@ func (st *scaleStack) startProc(name, bin string, args, env []string) (*scalePro
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), env...)
 		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: cred}
 		if err := cmd.Start(); err != nil {
 			started <- err
 			close(p.done)

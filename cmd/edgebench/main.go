@@ -10,6 +10,10 @@
 //	edgebench scale -edged bin/edged -shipper bin/shipper
 //	                                            three edged behind haproxy, a Redis Cluster, a synchronous
 //	                                            standby; kills a node, a Redis master and the primary
+//	edgebench ha -edged bin/edged [-modes sync,async,sync-before]
+//	                                            three edged behind haproxy on Postgres managed by Patroni
+//	                                            and etcd: a switchover, the leader killed, etcd's leader
+//	                                            killed, the standby restarted
 //	edgebench soak -edged bin/edged -shipper bin/shipper -forwarder bin/forwarder [-duration 1h]
 //	                                            an hour at half the peak with retention and the relay
 //	                                            running: latency and memory over time
@@ -17,6 +21,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -52,12 +57,16 @@ func main() {
 		scale(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "ha" {
+		ha(os.Args[2:])
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "soak" {
 		soak(os.Args[2:])
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale|soak [flags]")
+		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale|ha|soak [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("edgebench demo", flag.ExitOnError)
@@ -151,6 +160,61 @@ func scale(args []string) {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+}
+
+// ha runs the HA scenario (bench.RunHA) once per mode: sync and async
+// are Patroni's synchronous_mode on and off; sync-before is sync with
+// haproxy checking edged as readiness worked before nodes told a shared
+// outage from their own.
+func ha(args []string) {
+	fs := flag.NewFlagSet("edgebench ha", flag.ExitOnError)
+	edged := fs.String("edged", "bin/edged", "the edged binary")
+	modes := fs.String("modes", "sync,async,sync-before", "the runs, in order: sync, async, sync-before")
+	rate := fs.Int("rate", 100, "callbacks a second, half of them re-deliveries")
+	settle := fs.Duration("settle", 10*time.Second, "steady load before the first fault and after each")
+	jsonOut := fs.String("json", "", "also write the reports as JSON to this file")
+	keep := fs.Bool("keep", false, "keep each run's directory: every process's log and configuration")
+	fs.Parse(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var reps []*bench.HAReport
+	failed := false
+	for _, mode := range strings.Split(*modes, ",") {
+		cfg := bench.HAConfig{Edged: *edged, Rate: *rate, Settle: *settle, Keep: *keep, Progress: os.Stderr}
+		switch mode {
+		case "sync":
+			cfg.Synchronous = true
+		case "async":
+		case "sync-before":
+			cfg.Synchronous, cfg.LeaveOnAnyOutage = true, true
+		default:
+			fmt.Fprintf(os.Stderr, "edgebench: unknown mode %q (sync, async, sync-before)\n", mode)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "== %s ==\n", mode)
+		rep, err := bench.RunHA(ctx, cfg)
+		if rep != nil {
+			fmt.Print(rep.Table(), "\n")
+			reps = append(reps, rep)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "edgebench:", err)
+			failed = true
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(reps, "", "  ")
+		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "edgebench:", err)
+			failed = true
+		}
+	}
+	if failed {
 		os.Exit(1)
 	}
 }

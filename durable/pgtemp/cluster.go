@@ -370,3 +370,8 @@ func lastLines(b []byte, n int) string {
 	}
 	return string(bytes.Join(lines, []byte(" | ")))
 }
+
+// BinDir returns the directory of the PostgreSQL server binaries the
+// clusters here start (as Start finds them), for programs that start a
+// server of their own (Patroni's bin_dir).
+func BinDir() (string, error) { return findBinDir("") }
