@@ -20,7 +20,8 @@ import (
 //
 //   - CompleteMany raises the watermark before it writes a done entry, to
 //     the positions the answers carry (Completion.Position: read by the
-//     decision's own statement, past its writes), or, for one that carries
+//     decision's own statement, never past what the database will have
+//     flushed when the answer goes out), or, for one that carries
 //     none, to a position read after it was called (after the commits of
 //     everything it writes): an entry is never in Redis ahead of its
 //     watermark, and an answer that carries its position needs no read of

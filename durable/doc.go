@@ -168,9 +168,9 @@
 //     by one, each with its own deadline: no answer is given from a batch
 //     before its commit, and an error in one delivery never fails another.
 //   - Process returns by its context's deadline: the caller waits for its
-//     answer, not for the batch (whose statement runs until the last
-//     member's deadline). A delivery answered at its deadline may still
-//     commit, which is correct (the channel's retry replays it).
+//     answer, not for the batch (whose statement is never cancelled for a
+//     caller: see Config.CommitWait). A delivery answered at its deadline
+//     may still commit, which is correct (the channel's retry replays it).
 //   - The relay's NOTIFY stays out of band: one poke per batch that applied
 //     something, coalesced by the notifier.
 //

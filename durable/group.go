@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // group decides concurrent deliveries together: one transaction and one
@@ -101,6 +103,13 @@ func (g *group) process(ctx context.Context, n Notification) (Result, error) {
 
 func (g *group) submit(m *member) {
 	g.mu.Lock()
+	if len(g.queue) >= g.size {
+		// A run may hold its slot long (a commit waiting for its standby,
+		// up to CommitWait): members whose callers have gone leave the
+		// queue here too, not only when a batch is taken, so that it
+		// stays as long as the callers still waiting.
+		g.queue = slices.DeleteFunc(g.queue, func(q *member) bool { return q.ctx.Err() != nil })
+	}
 	g.queue = append(g.queue, m)
 	if g.inFlight == g.slots || g.inFlight > g.lones {
 		if l := g.waiting; l != nil && len(g.queue) >= l.want {
@@ -249,7 +258,8 @@ func (g *group) alone(m *member) {
 // batchContext ends when the last member's deadline passes: a member whose
 // deadline came earlier has had its answer (the caller's own deadline) and
 // the rest still want theirs. It bounds the wait for a connection; the
-// statement runs under commitContext.
+// statement itself runs through Store.commit, past it if its commit waits
+// for a standby.
 func batchContext(batch []*member) (context.Context, context.CancelFunc) {
 	var last time.Time
 	for _, m := range batch {
@@ -284,45 +294,41 @@ func (s *Store) processBatch(ctx context.Context, batch []*member) ([]answer, []
 	if tps := traceparents(batch); tps != nil {
 		sql, args = sqlProcessBatchTraced, append(args, tps)
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, wrap(ctx, "process batch", err)
-	}
-	defer conn.Release()
-	ctx, cancel := s.commitContext(ctx)
-	defer cancel()
-	rows, err := conn.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, nil, wrap(ctx, "process batch", err)
-	}
-	defer rows.Close()
 	results := make([]answer, n)
 	busy := make([]bool, n)
 	seen := 0
-	for rows.Next() {
-		var idx int32
-		var outcome, status, result, review *string
-		var position int64
-		if err := rows.Scan(&idx, &outcome, &status, &result, &review, &position); err != nil {
-			return nil, nil, wrap(ctx, "process batch", err)
+	err := s.commit(ctx, s.pool, func(ctx context.Context, conn *pgxpool.Conn) error {
+		rows, err := conn.Query(ctx, sql, args...)
+		if err != nil {
+			return err
 		}
-		i := int(idx) - 1
-		if i < 0 || i >= n {
-			return nil, nil, fmt.Errorf("process batch: member %d of %d", idx, n)
+		defer rows.Close()
+		for rows.Next() {
+			var idx int32
+			var outcome, status, result, review *string
+			var position int64
+			if err := rows.Scan(&idx, &outcome, &status, &result, &review, &position); err != nil {
+				return err
+			}
+			i := int(idx) - 1
+			if i < 0 || i >= n {
+				return fmt.Errorf("member %d of %d", idx, n)
+			}
+			seen++
+			if outcome != nil && *outcome == busyOutcome {
+				busy[i] = true
+				continue
+			}
+			res, err := decodeDecision(keys[i], outcome, status, result, review)
+			res.Position = uint64(position)
+			results[i] = answer{res: res, err: err}
 		}
-		seen++
-		if outcome != nil && *outcome == busyOutcome {
-			busy[i] = true
-			continue
-		}
-		res, err := decodeDecision(keys[i], outcome, status, result, review)
-		res.Position = uint64(position)
-		results[i] = answer{res: res, err: err}
-	}
-	// rows.Err is only known once the statement's transaction has ended:
-	// answers are given after the commit, never before.
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		// rows.Err is only known once the statement's transaction has
+		// ended: answers are given after the commit, never before.
+		rows.Close()
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, nil, wrap(ctx, "process batch", err)
 	}
 	if seen != n {

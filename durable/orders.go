@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The orders API's errors.
@@ -114,9 +116,11 @@ func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, curr
 	for range orderRetries {
 		var gotAmount int64
 		var gotCurrency, gotChannel string
-		err = s.ops.QueryRow(ctx, `INSERT INTO biz_order (order_no, status, amount, currency, channel)
+		err = s.commit(ctx, s.ops, func(ctx context.Context, conn *pgxpool.Conn) error {
+			return conn.QueryRow(ctx, `INSERT INTO biz_order (order_no, status, amount, currency, channel)
     VALUES ($1, 'PENDING_PAY', $2, $3, NULLIF($4, ''))
     ON CONFLICT (order_no) DO NOTHING RETURNING amount`, orderNo, amount, currency, channel).Scan(&gotAmount)
+		})
 		if err == nil {
 			return true, nil
 		}
@@ -141,7 +145,11 @@ func (s *Store) PutOrder(ctx context.Context, orderNo string, amount int64, curr
 			// Named late: recorded, leaving the order's clock (updated_at)
 			// alone. A concurrent PUT naming another channel loses here
 			// and is read again.
-			tag, err := s.ops.Exec(ctx, `UPDATE biz_order SET channel = $2 WHERE order_no = $1 AND channel IS NULL`, orderNo, channel)
+			var tag pgconn.CommandTag
+			err := s.commit(ctx, s.ops, func(ctx context.Context, conn *pgxpool.Conn) (err error) {
+				tag, err = conn.Exec(ctx, `UPDATE biz_order SET channel = $2 WHERE order_no = $1 AND channel IS NULL`, orderNo, channel)
+				return err
+			})
 			if err != nil {
 				return false, wrap(ctx, "put order "+orderNo, err)
 			}
@@ -169,12 +177,16 @@ func (s *Store) PatchOrder(ctx context.Context, orderNo string, amount int64, cu
 		// correction registers it again, and its queries start over. A
 		// PATCH that changes nothing changes nothing, the schedule
 		// included.
-		tag, err := s.ops.Exec(ctx, `UPDATE biz_order SET amount = $2::bigint, currency = $3::text,
+		var tag pgconn.CommandTag
+		err := s.commit(ctx, s.ops, func(ctx context.Context, conn *pgxpool.Conn) (err error) {
+			tag, err = conn.Exec(ctx, `UPDATE biz_order SET amount = $2::bigint, currency = $3::text,
          updated_at = CASE WHEN (amount, currency) = ($2::bigint, $3::text) THEN updated_at ELSE now() END,
          reconcile_at = CASE WHEN (amount, currency) = ($2::bigint, $3::text) THEN reconcile_at END,
          reconcile_step = CASE WHEN (amount, currency) = ($2::bigint, $3::text) THEN reconcile_step ELSE 0 END,
          reconcile_errors = CASE WHEN (amount, currency) = ($2::bigint, $3::text) THEN reconcile_errors ELSE 0 END
      WHERE order_no = $1 AND status = 'PENDING_PAY'`, orderNo, amount, currency)
+			return err
+		})
 		if err != nil {
 			return wrap(ctx, "patch order "+orderNo, err)
 		}
@@ -342,61 +354,63 @@ func (s *Store) OrderEvent(ctx context.Context, orderNo string, e Event, request
 	sum := sha256.Sum256([]byte(e))
 	hash := hex.EncodeToString(sum[:])
 	var res Result
-	err := pgx.BeginTxFunc(ctx, s.ops, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		// The claim first: a concurrent request with the same id waits here
-		// until this one commits (then replays it) or rolls back (then
-		// decides itself).
-		var claimed bool
-		err := tx.QueryRow(ctx, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
+	err := s.commit(ctx, s.ops, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			// The claim first: a concurrent request with the same id waits here
+			// until this one commits (then replays it) or rolls back (then
+			// decides itself).
+			var claimed bool
+			err := tx.QueryRow(ctx, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, result_json)
 			SELECT $1::text, $2::text, $3::text, 'DONE', '' WHERE EXISTS (SELECT 1 FROM biz_order WHERE order_no = $2::text)
 			ON CONFLICT (biz_key) DO NOTHING RETURNING true`, key, orderNo, hash).Scan(&claimed)
-		if errors.Is(err, pgx.ErrNoRows) {
-			var gotHash, result string
-			err = tx.QueryRow(ctx, `SELECT payload_hash, result_json FROM notify_claim WHERE biz_key = $1`, key).Scan(&gotHash, &result)
 			if errors.Is(err, pgx.ErrNoRows) {
-				return ErrUnknownOrder
+				var gotHash, result string
+				err = tx.QueryRow(ctx, `SELECT payload_hash, result_json FROM notify_claim WHERE biz_key = $1`, key).Scan(&gotHash, &result)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return ErrUnknownOrder
+				}
+				if err != nil {
+					return err
+				}
+				if gotHash != hash {
+					return ErrRequestReused
+				}
+				if res, err = ParseCanonical([]byte(result)); err != nil {
+					return err
+				}
+				res.Replayed = true
+				return nil
 			}
 			if err != nil {
 				return err
 			}
-			if gotHash != hash {
-				return ErrRequestReused
-			}
-			if res, err = ParseCanonical([]byte(result)); err != nil {
+			var found, applied bool
+			var from, status *string
+			if err := tx.QueryRow(ctx, sqlTransition, orderNo, string(e), r.from, r.act, r.to, r.topic).
+				Scan(&found, &applied, &from, &status); err != nil {
 				return err
 			}
-			res.Replayed = true
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var found, applied bool
-		var from, status *string
-		if err := tx.QueryRow(ctx, sqlTransition, orderNo, string(e), r.from, r.act, r.to, r.topic).
-			Scan(&found, &applied, &from, &status); err != nil {
-			return err
-		}
-		if !found {
-			return ErrUnknownOrder // deleted meanwhile: roll the claim back too
-		}
-		res = Result{Outcome: Applied, Status: State(*status)}
-		switch {
-		case applied:
-		case res.Status == r.target():
-			res.Outcome = Skipped
-		default:
-			return ErrEventRefused // rolls the claim back: nothing stored
-		}
-		// The stored answer, written by the one writer of canonical
-		// results, and read back as a replay will read it.
-		var stored []byte
-		if err := tx.QueryRow(ctx, `UPDATE notify_claim SET result_json = notifyedge_result($2, $3) WHERE biz_key = $1
+			if !found {
+				return ErrUnknownOrder // deleted meanwhile: roll the claim back too
+			}
+			res = Result{Outcome: Applied, Status: State(*status)}
+			switch {
+			case applied:
+			case res.Status == r.target():
+				res.Outcome = Skipped
+			default:
+				return ErrEventRefused // rolls the claim back: nothing stored
+			}
+			// The stored answer, written by the one writer of canonical
+			// results, and read back as a replay will read it.
+			var stored []byte
+			if err := tx.QueryRow(ctx, `UPDATE notify_claim SET result_json = notifyedge_result($2, $3) WHERE biz_key = $1
 			RETURNING result_json`, key, res.Outcome.String(), string(res.Status)).Scan(&stored); err != nil {
+				return err
+			}
+			res, err = ParseCanonical(stored)
 			return err
-		}
-		res, err = ParseCanonical(stored)
-		return err
+		})
 	})
 	switch {
 	case errors.Is(err, ErrEventRefused):
@@ -438,9 +452,13 @@ func (s *Store) Review(ctx context.Context, id int64) (Review, error) {
 // was resolved by someone else already (e.g. a concurrent re-drive of the
 // same row, which settled it first).
 func (s *Store) ResolveRedriven(ctx context.Context, id int64, resolution, by string, replayed bool) (bool, error) {
-	tag, err := s.ops.Exec(ctx, `UPDATE notify_review
+	var tag pgconn.CommandTag
+	err := s.commit(ctx, s.ops, func(ctx context.Context, conn *pgxpool.Conn) (err error) {
+		tag, err = conn.Exec(ctx, `UPDATE notify_review
    SET resolved_at = coalesce(resolved_at, now()), resolution = $2, resolved_by = $3
  WHERE id = $1::bigint AND (resolved_at IS NULL OR (resolved_by = 'notifyedge' AND NOT $4))`, id, resolution, by, replayed)
+		return err
+	})
 	if err != nil {
 		return false, wrap(ctx, "resolve re-driven review", err)
 	}

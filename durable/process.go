@@ -254,7 +254,7 @@ func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 	if s.group != nil && n.Via == "" {
 		return s.group.process(ctx, n)
 	}
-	return s.alone(ctx, n)
+	return s.alone(ctx, s.pool, n)
 }
 
 // alone decides n in a transaction of its own, on a goroutine of its own,
@@ -263,7 +263,7 @@ func (s *Store) Process(ctx context.Context, n Notification) (Result, error) {
 // transaction goes on to its end (committed or rolled back); either is
 // correct, because its claim, visible once committed where it must be,
 // makes the channel's retry a replay.
-func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
+func (s *Store) alone(ctx context.Context, pool *pgxpool.Pool, n Notification) (Result, error) {
 	n.RawBody = bytes.Clone(n.RawBody) // the caller may reuse its bytes once we return
 	out := make(chan answer, 1)        // buffered: the goroutine never waits for the caller
 	go func() {
@@ -272,7 +272,7 @@ func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 				out <- answer{err: fmt.Errorf("process %s: %v", n.BizKey, p)}
 			}
 		}()
-		res, err := s.processOn(ctx, s.pool, &n)
+		res, err := s.processOn(ctx, pool, &n)
 		if err == nil && res.Outcome == Applied {
 			s.poke() // an outbox row was committed: wake the relay
 		}
@@ -287,19 +287,12 @@ func (s *Store) alone(ctx context.Context, n Notification) (Result, error) {
 }
 
 // processOn decides one validated delivery in a transaction of its own on
-// pool: a connection within ctx's deadline, the statement under
-// commitContext (never cancelled while its commit waits for a standby).
+// pool, through commit: never cancelled while its commit waits for a
+// standby, so it may return after ctx's deadline (alone returns by it).
 func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notification) (Result, error) {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return Result{}, wrap(ctx, "process "+n.BizKey, err)
-	}
-	defer conn.Release()
-	ctx, cancel := s.commitContext(ctx)
-	defer cancel()
 	var outcome, status, result, review *string
 	var position int64
-	decide := func(q rowQuerier) error {
+	decide := func(ctx context.Context, q rowQuerier) error {
 		args := []any{n.BizKey, n.OrderNo, n.Digest, textSafe(n.RawBody),
 			string(n.Event), n.Amount, n.Currency,
 			n.Trade, n.RefundID, n.RefundAmount, n.Cumulative}
@@ -309,17 +302,18 @@ func (s *Store) processOn(ctx context.Context, pool *pgxpool.Pool, n *Notificati
 		}
 		return q.QueryRow(ctx, sql, args...).Scan(&outcome, &status, &result, &review, &position)
 	}
-	if n.Via == "" {
-		err = decide(conn) // a callback: one statement, its own transaction
-	} else {
+	err := s.commit(ctx, pool, func(cctx context.Context, conn *pgxpool.Conn) error {
+		if n.Via == "" {
+			return decide(cctx, conn) // a callback: one statement, its own transaction
+		}
 		// The payload's "via" comes from the transaction's setting.
-		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT set_config('notifyedge.via', $1, true)`, n.Via); err != nil {
+		return pgx.BeginFunc(cctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(cctx, `SELECT set_config('notifyedge.via', $1, true)`, n.Via); err != nil {
 				return err
 			}
-			return decide(tx)
+			return decide(cctx, tx)
 		})
-	}
+	})
 	if err != nil {
 		return Result{}, wrap(ctx, "process "+n.BizKey, err)
 	}

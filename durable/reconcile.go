@@ -160,11 +160,7 @@ func (s *Store) ProcessOps(ctx context.Context, n Notification) (Result, error) 
 		return Result{}, err
 	}
 	n.Via = cmp.Or(n.Via, ViaQuery)
-	res, err := s.processOn(ctx, s.ops, &n)
-	if err == nil && res.Outcome == Applied {
-		s.poke() // an outbox row was committed: wake the relay
-	}
-	return res, err
+	return s.alone(ctx, s.ops, n)
 }
 
 // ReconcileLockID is the session advisory lock that elects the one node

@@ -97,12 +97,14 @@ type Result struct {
 	// reads back from these same bytes (ParseCanonical), so it answers as
 	// the first delivery did.
 	Canonical []byte
-	// Position is how far the database's WAL was written when the result
-	// was decided or read: past every write of the decision, its commit
-	// record aside, and past the commit of the claim a replay read. The
-	// claim cache raises its watermark to it before it caches the answer
-	// (claimcache.Completion.Position), so that a database restored to a
-	// point before it is found behind the watermark.
+	// Position is a WAL position the database will have flushed when the
+	// answer goes out: for a decision that wrote, the insert position past
+	// its writes (its commit record follows, flushed before the answer);
+	// for a replay, which writes nothing, the flushed position when it
+	// read the claim (past the claim's commit, visible only once flushed).
+	// The claim cache raises its watermark to it before it caches the
+	// answer (claimcache.Completion.Position), so that a database restored
+	// to a point before it is found behind the watermark.
 	Position uint64
 }
 

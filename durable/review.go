@@ -123,9 +123,11 @@ SELECT false, ` + reviewColumns + ` FROM notify_review
 func (s *Store) ResolveReview(ctx context.Context, id int64, resolution, by string) (Review, error) {
 	var r Review
 	var updated bool
-	err := s.ops.QueryRow(ctx, sqlResolve, id, resolution, by).Scan(&updated,
-		&r.ID, &r.BizKey, &r.OrderNo, &r.Reason, &r.PayloadHash, &r.RawBody,
-		&r.CreatedAt, &r.ResolvedAt, &r.Resolution, &r.ResolvedBy)
+	err := s.commit(ctx, s.ops, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.QueryRow(ctx, sqlResolve, id, resolution, by).Scan(&updated,
+			&r.ID, &r.BizKey, &r.OrderNo, &r.Reason, &r.PayloadHash, &r.RawBody,
+			&r.CreatedAt, &r.ResolvedAt, &r.Resolution, &r.ResolvedBy)
+	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Review{}, fmt.Errorf("resolve review %d: %w", id, ErrReviewNotFound)

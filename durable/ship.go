@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ShipResult is what Ship did.
@@ -44,7 +45,11 @@ const sqlShip = `SELECT o_result, o_status FROM notifyedge_ship($1, $2, $3, $4, 
 func (s *Store) Ship(ctx context.Context, consumer string, outboxID int64, orderNo string) (ShipResult, State, error) {
 	r := eventRules[Ship]
 	var result, status *string
-	err := s.pool.QueryRow(ctx, sqlShip, consumer, inboxID(outboxID), orderNo, r.from, r.act, r.to, r.topic).Scan(&result, &status)
+	// Through commit: a shipment recorded on the primary only would be
+	// found a duplicate by the message's redelivery, and lost with it.
+	err := s.commit(ctx, s.pool, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.QueryRow(ctx, sqlShip, consumer, inboxID(outboxID), orderNo, r.from, r.act, r.to, r.topic).Scan(&result, &status)
+	})
 	if err != nil {
 		return 0, "", wrap(ctx, fmt.Sprintf("ship %s", orderNo), err)
 	}
@@ -88,24 +93,27 @@ func (s *Store) ShipMany(ctx context.Context, consumer string, items []ShipItem)
 		ids[i], orders[i] = inboxID(it.OutboxID), it.OrderNo
 	}
 	r := eventRules[Ship]
-	rows, err := s.pool.Query(ctx, sqlShipBatch, consumer, ids, orders, r.from, r.act, r.to, r.topic)
-	if err != nil {
-		return nil, wrap(ctx, fmt.Sprintf("ship %d orders", len(items)), err)
-	}
 	out := make([]ShipDecision, 0, len(items))
 	shipped := false
 	var result, status *string
-	_, err = pgx.ForEachRow(rows, []any{&result, &status}, func() error {
-		if len(out) == len(items) {
-			return fmt.Errorf("more decisions than the %d items", len(items))
-		}
-		d, err := decodeShip(items[len(out)].OrderNo, result, status)
+	err := s.commit(ctx, s.pool, func(ctx context.Context, conn *pgxpool.Conn) error { // as Ship
+		rows, err := conn.Query(ctx, sqlShipBatch, consumer, ids, orders, r.from, r.act, r.to, r.topic)
 		if err != nil {
 			return err
 		}
-		out = append(out, d)
-		shipped = shipped || d.Result == ShipApplied
-		return nil
+		_, err = pgx.ForEachRow(rows, []any{&result, &status}, func() error {
+			if len(out) == len(items) {
+				return fmt.Errorf("more decisions than the %d items", len(items))
+			}
+			d, err := decodeShip(items[len(out)].OrderNo, result, status)
+			if err != nil {
+				return err
+			}
+			out = append(out, d)
+			shipped = shipped || d.Result == ShipApplied
+			return nil
+		})
+		return err
 	})
 	if err == nil && len(out) != len(items) {
 		err = fmt.Errorf("%d decisions for %d items", len(out), len(items))

@@ -102,8 +102,10 @@ type Config struct {
 	// five does. A batch of one never waits: one caller at a time never has
 	// company to wait for.
 	GroupLinger time.Duration
-	// CommitWait bounds how long a decision's statement may run on past
-	// its caller's deadline (default 1m). The caller has its answer (an
+	// CommitWait bounds how long a write whose success is answered may run
+	// on past its caller's deadline (default 1m; 0 or less: the default):
+	// decisions (callbacks and reconciliation), shipments, transitions, the
+	// orders API's writes and review resolutions (Store.commit). The caller has its answer (an
 	// error) at the deadline; the statement is not cancelled, because a
 	// cancel that reaches a commit waiting for its synchronous standby
 	// ends the wait with the commit made on the primary only and visible:
@@ -111,7 +113,8 @@ type Config struct {
 	// and a failover would lose it. Execution is bounded by
 	// statement_timeout and lock_timeout on the server; only the standby's
 	// acknowledgement is waited for this long, past which the statement is
-	// cancelled after all.
+	// cancelled after all and the write is an error (ErrTimeout). Close
+	// waits for such statements to end: up to this long after a stall.
 	CommitWait time.Duration
 }
 
@@ -128,7 +131,7 @@ func (c Config) withDefaults() Config {
 	c.GroupSize = cmp.Or(c.GroupSize, 64)
 	c.GroupLockTimeout = cmp.Or(c.GroupLockTimeout, 50*time.Millisecond)
 	c.GroupLinger = cmp.Or(c.GroupLinger, 3*time.Millisecond)
-	c.CommitWait = cmp.Or(c.CommitWait, time.Minute)
+	c.CommitWait = cmp.Or(max(c.CommitWait, 0), time.Minute)
 	return c
 }
 
@@ -243,21 +246,41 @@ func setSession(pc *pgxpool.Config, cfg Config, statement, lock time.Duration, a
 	// 140 ms compiling 35 functions to run 2 ms of work. The relay's and
 	// retention's sessions copy this pool's settings.
 	rp["jit"] = "off"
-	// On a deadline, ask the server to cancel at once (it rolls back and the
-	// connection stays usable); close the socket only if it does not answer.
-	// (pgx sends a cancel request whenever it gives up on a connection, so
-	// a decision's statement gets no deadline from its caller at all: see
-	// Config.CommitWait.)
+	// On a deadline, ask the server to cancel at once (a running statement
+	// rolls back and the connection stays usable); close the socket only
+	// if it does not answer. A commit waiting for its synchronous standby
+	// is not rolled back by a cancel: it ends the wait, committed on the
+	// primary only. pgx sends a cancel request whenever it gives up on a
+	// connection, so the writes whose success is answered get no deadline
+	// from their caller at all (Store.commit, Config.CommitWait).
 	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 50 * time.Millisecond}
 	}
 }
 
-// commitContext is the context a decision's statement runs under once it
-// has its connection: ctx's values (its trace) without ctx's deadline, for
-// up to CommitWait. See Config.CommitWait.
-func (s *Store) commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.commitWait)
+// commit runs f, a write whose success is answered to someone (a
+// decision, a shipment), on a connection of pool taken within ctx's
+// deadline, under ctx's values (its trace) without ctx's deadline, for up
+// to CommitWait (see Config.CommitWait): it returns when f does, which may
+// be after ctx's deadline. A write whose CommitWait ran out is an error
+// even when pgx reports success: the cancel it then sent may have ended
+// the commit's wait for its standby, and pgx answers that with success.
+func (s *Store) commit(ctx context.Context, pool *pgxpool.Pool, f func(ctx context.Context, conn *pgxpool.Conn) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := ctx.Err(); err != nil {
+		return err // the caller has gone: start nothing for it
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.commitWait)
+	defer cancel()
+	err = f(cctx, conn)
+	if cerr := cctx.Err(); cerr != nil {
+		return fmt.Errorf("%w: the write ran past CommitWait (%s), its standby's acknowledgement unknown: %w", ErrTimeout, s.commitWait, errors.Join(cerr, err))
+	}
+	return err
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

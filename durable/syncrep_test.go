@@ -25,7 +25,8 @@ import (
 // with the commit made locally and visible, so that the re-delivery is
 // replayed SUCCESS from a row no standby has; a failover then loses a
 // payment answered SUCCESS (make bench-ha found 6 with synchronous_mode
-// on). Once the standby catches up, the re-delivery is replayed.
+// on). The same holds for an order system's event and its retry under the
+// same request id. Once the standby catches up, both are replayed.
 func TestCommitWaitingForItsStandbyIsNoAnswer(t *testing.T) {
 	ctx := context.Background()
 	primary, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true, Settings: []string{"fsync=off"}})
@@ -53,7 +54,7 @@ func TestCommitWaitingForItsStandbyIsNoAnswer(t *testing.T) {
 	t.Cleanup(func() { standby.Stop() })
 	db := durabletest.Pool(t, url)
 	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`,
-		`INSERT INTO biz_order (order_no, status, amount, currency) VALUES ('O-sync', 'PENDING_PAY', 100, 'CNY')`} {
+		`INSERT INTO biz_order (order_no, status, amount, currency) VALUES ('O-sync', 'PENDING_PAY', 100, 'CNY'), ('O-close', 'PENDING_PAY', 100, 'CNY')`} {
 		if _, err := db.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
@@ -101,14 +102,43 @@ func TestCommitWaitingForItsStandbyIsNoAnswer(t *testing.T) {
 			t.Fatalf("re-delivery %d answered %+v while the first commit is on the primary only", i+1, res)
 		}
 	}
-
+	// The orders API's writes too: an order system's CLOSE waits for the
+	// standby past its caller's deadline (it answers once it knows), and
+	// its retry under the same request id is no answer meanwhile.
+	closeOrder := func() (durable.Result, error) {
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		return store.OrderEvent(cctx, "O-close", durable.Close, "req-1")
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := closeOrder()
+		first <- err
+	}()
+	wait.For(t, "the decision and the CLOSE waiting for the standby", func() (bool, string) {
+		var n int
+		err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&n)
+		return err == nil && n >= 2, fmt.Sprint(n, err)
+	})
+	if res, err := closeOrder(); err == nil {
+		t.Fatalf("the order event's retry answered %+v while its commit is on the primary only", res)
+	}
 	resume()
 	wait.For(t, "the re-delivery replayed once the standby caught up", func() (bool, string) {
 		res, err := decide()
 		return err == nil && res.Replayed, fmt.Sprintf("%+v %v", res, err)
 	})
-	var events int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE order_no = 'O-sync'`).Scan(&events); err != nil || events != 1 {
-		t.Errorf("outbox rows for the order: %d, %v; want 1", events, err)
+	if err := <-first; err != nil {
+		t.Errorf("the CLOSE, once its standby had it: %v", err)
+	}
+	wait.For(t, "the order event's retry replayed", func() (bool, string) {
+		res, err := closeOrder()
+		return err == nil && res.Replayed, fmt.Sprintf("%+v %v", res, err)
+	})
+	for _, order := range []string{"O-sync", "O-close"} {
+		var events int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE order_no = $1`, order).Scan(&events); err != nil || events != 1 {
+			t.Errorf("outbox rows for %s: %d, %v; want 1", order, events, err)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package durable
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Move is the result of an internal transition.
@@ -36,8 +38,10 @@ func (s *Store) Transition(ctx context.Context, orderNo string, e Event) (Move, 
 	}
 	var found, applied bool
 	var from, status *string
-	err := s.pool.QueryRow(ctx, sqlTransition, orderNo, string(e), r.from, r.act, r.to, r.topic).
-		Scan(&found, &applied, &from, &status)
+	err := s.commit(ctx, s.pool, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.QueryRow(ctx, sqlTransition, orderNo, string(e), r.from, r.act, r.to, r.topic).
+			Scan(&found, &applied, &from, &status)
+	})
 	if err != nil {
 		return Move{}, wrap(ctx, fmt.Sprintf("transition %s %s", orderNo, e), err)
 	}
