@@ -146,12 +146,15 @@ func RunHA(ctx context.Context, cfg HAConfig) (*HAReport, error) {
 	tg := &Target{Secret: Secret, Channel: Channel}
 	d := newHADriver(tg, "http://"+h.proxy.EdgeFront, cfg.Rate, &pool{prefix: "H", size: orders})
 	load, stopLoad := context.WithCancel(ctx)
+	// Retries go on after the load stops, until each is answered; a run
+	// that fails stops them too, rather than wait on a broken cluster.
+	retries, stopRetries := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		d.run(ctx, load)
+		d.run(retries, load)
 	}()
-	defer func() { stopLoad(); <-done }()
+	defer func() { stopLoad(); stopRetries(); <-done }()
 
 	say(cfg.Progress, "load: %d callbacks a second through haproxy, half of them re-deliveries ...", cfg.Rate)
 	wait.Sleep(ctx, cfg.Settle)

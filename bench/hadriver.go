@@ -56,8 +56,9 @@ type haDriver struct {
 	byTxn    map[string]*haAck
 }
 
+// newHADriver returns a driver whose clock (since) starts now.
 func newHADriver(tg *Target, url string, rate int, p *pool) *haDriver {
-	return &haDriver{tg: tg, url: url, rate: rate, pool: p, byTxn: map[string]*haAck{},
+	return &haDriver{tg: tg, url: url, rate: rate, pool: p, byTxn: map[string]*haAck{}, start: time.Now(),
 		client: &fasthttp.Client{MaxConnsPerHost: 2048, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}}
 }
 
@@ -67,7 +68,6 @@ func (d *haDriver) since() time.Duration { return time.Since(d.start) }
 // flight to be answered 200 or given up; ctx's end (an interrupt) stops
 // their retries too.
 func (d *haDriver) run(ctx, load context.Context) {
-	d.start = time.Now()
 	tick := time.NewTicker(time.Second / time.Duration(d.rate))
 	defer tick.Stop()
 	var wg sync.WaitGroup

@@ -401,6 +401,9 @@ func (h *haStack) etcdLeader(ctx context.Context) (*haEtcd, error) {
 }
 
 // postmasterPID reads the running postmaster's pid of a node (0: none).
+// A killed postmaster leaves its pid file behind, and the pid may since be
+// another process's: it counts only while that process's command line
+// names this node's data directory.
 func (p *haPatroni) postmasterPID() int {
 	b, err := os.ReadFile(filepath.Join(p.DataDir, "postmaster.pid"))
 	if err != nil {
@@ -408,6 +411,13 @@ func (p *haPatroni) postmasterPID() int {
 	}
 	first, _, _ := strings.Cut(string(b), "\n")
 	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	if pid <= 0 {
+		return 0
+	}
+	cmd, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || !bytes.Contains(cmd, []byte(p.DataDir)) {
+		return 0
+	}
 	return pid
 }
 

@@ -29,8 +29,9 @@ func (st *scaleStack) startProc(name, bin string, args, env []string) (*scalePro
 	return startChild(st.dir, name, bin, args, env, nil)
 }
 
-// startChild starts a child of ours (killed with us), its output in
-// dir/name.log, as the user cred names (nil: as we run).
+// startChild starts a child of ours (killed with us; a process it starts
+// in turn is not, as Patroni's Postgres), its output in dir/name.log, as
+// the user cred names (nil: as we run).
 func startChild(dir, name, bin string, args, env []string, cred *syscall.Credential) (*scaleProc, error) {
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/notifyedge/notifyedge/bench"
@@ -177,7 +178,9 @@ func ha(args []string) {
 	jsonOut := fs.String("json", "", "also write the reports as JSON to this file")
 	keep := fs.Bool("keep", false, "keep each run's directory: every process's log and configuration")
 	fs.Parse(args)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Patroni's Postgres servers outlive a killed parent: a SIGTERM tears
+	// the stack down as an interrupt does.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var reps []*bench.HAReport
 	failed := false
