@@ -135,7 +135,7 @@ func RunHA(ctx context.Context, cfg HAConfig) (*HAReport, error) {
 		Synchronous: cfg.Synchronous, LeaveOnAnyOutage: cfg.LeaveOnAnyOutage, Rate: cfg.Rate}
 	h := &haStack{progress: cfg.Progress, keep: cfg.Keep}
 	defer h.close()
-	if err := h.start(ctx, cfg, cfg.Synchronous); err != nil {
+	if err := h.start(ctx, cfg); err != nil {
 		return rep, err
 	}
 	const orders = 200_000

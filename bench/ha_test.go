@@ -109,3 +109,23 @@ func TestHAConfigsRender(t *testing.T) {
 		}
 	}
 }
+
+// childPIDs finds a process's children by command line: the WAL senders
+// the HA scenario stops are found this way.
+func TestChildPIDs(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	got := childPIDs(os.Getpid(), "sleep")
+	if len(got) != 1 || got[0] != cmd.Process.Pid {
+		t.Errorf("childPIDs(us, sleep) = %v, want [%d]", got, cmd.Process.Pid)
+	}
+	if got := childPIDs(os.Getpid(), "walsender"); len(got) != 0 {
+		t.Errorf("childPIDs(us, walsender) = %v, want none", got)
+	}
+	if got := childPIDs(0, "sleep"); got != nil {
+		t.Errorf("childPIDs(0) = %v, want nil", got)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/notifyedge/notifyedge/bench/procstat"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
@@ -124,7 +125,7 @@ func renderHA(name, path string, data any) error {
 // start brings the stack up: etcd, Patroni (until it has a leader, both
 // replicas streaming and, in synchronous mode, a synchronous standby),
 // haproxy, the schema through haproxy, Redis and the edged nodes.
-func (h *haStack) start(ctx context.Context, cfg HAConfig, synchronous bool) error {
+func (h *haStack) start(ctx context.Context, cfg HAConfig) error {
 	var err error
 	if h.dir, err = os.MkdirTemp("", "neha-"); err != nil {
 		return err
@@ -146,11 +147,11 @@ func (h *haStack) start(ctx context.Context, cfg HAConfig, synchronous bool) err
 	if err := h.startEtcd(ctx); err != nil {
 		return err
 	}
-	say(h.progress, "starting 3 Patroni nodes (synchronous_mode %v) ...", synchronous)
-	if err := h.startPatroni(ctx, synchronous); err != nil {
+	say(h.progress, "starting 3 Patroni nodes (synchronous_mode %v) ...", cfg.Synchronous)
+	if err := h.startPatroni(ctx, cfg.Synchronous); err != nil {
 		return err
 	}
-	if err := h.waitHealthy(ctx, synchronous, 3*time.Minute); err != nil {
+	if err := h.waitHealthy(ctx, cfg.Synchronous, 3*time.Minute); err != nil {
 		return err
 	}
 	for i := range 3 {
@@ -434,13 +435,7 @@ func childPIDs(postmaster int, role string) []int {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so after the last ')'.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 2 || fields[1] != strconv.Itoa(postmaster) {
+		if st, err := procstat.Read(pid); err != nil || st.PPID != postmaster {
 			continue
 		}
 		if cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline")); err == nil && bytes.Contains(cmd, []byte(role)) {

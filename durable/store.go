@@ -105,16 +105,18 @@ type Config struct {
 	// CommitWait bounds how long a write whose success is answered may run
 	// on past its caller's deadline (default 1m; 0 or less: the default):
 	// decisions (callbacks and reconciliation), shipments, transitions, the
-	// orders API's writes and review resolutions (Store.commit). The caller has its answer (an
-	// error) at the deadline; the statement is not cancelled, because a
-	// cancel that reaches a commit waiting for its synchronous standby
-	// ends the wait with the commit made on the primary only and visible:
-	// a re-delivery would be replayed SUCCESS from a row no standby has,
-	// and a failover would lose it. Execution is bounded by
-	// statement_timeout and lock_timeout on the server; only the standby's
-	// acknowledgement is waited for this long, past which the statement is
-	// cancelled after all and the write is an error (ErrTimeout). Close
-	// waits for such statements to end: up to this long after a stall.
+	// orders API's writes and review resolutions (Store.commit). It is not
+	// cancelled at the deadline, because a cancel that reaches a commit
+	// waiting for its synchronous standby ends the wait with the commit
+	// made on the primary only and visible: a retry would be replayed
+	// SUCCESS from a row no standby has, and a failover would lose it.
+	// Process and ProcessOps still answer by their caller's deadline (an
+	// error) while the statement runs on; the other writes return when
+	// they end. Execution is bounded by statement_timeout and lock_timeout
+	// on the server; only the standby's acknowledgement is waited for this
+	// long, past which the statement is cancelled after all and the write
+	// is an error (ErrTimeout). Close waits for such statements to end: up
+	// to this long after a stall.
 	CommitWait time.Duration
 }
 
