@@ -63,15 +63,21 @@ frontend three
 	// Up once its checks have seen the nodes (rise 2 at 500 ms): any answer
 	// but haproxy's own 503 comes from an edged.
 	wait.Sleep(ctx, 1500*time.Millisecond)
+	return waitInRotation(ctx, st.three)
+}
+
+// waitInRotation waits, up to 20 s, until haproxy's frontend at url has an
+// edged in rotation: any answer but haproxy's own 503 comes from one.
+func waitInRotation(ctx context.Context, url string) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if resp, err := http.Get(st.three + "/"); err == nil {
+		if resp, err := http.Get(url + "/"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusServiceUnavailable {
 				return nil
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		wait.Sleep(ctx, 100*time.Millisecond)
 	}
 	return errors.New("haproxy saw no healthy edged within 20 s")
 }

@@ -189,19 +189,7 @@ func (h *haStack) start(ctx context.Context, cfg HAConfig) error {
 			return fmt.Errorf("%s: %w", e.Name, err)
 		}
 	}
-	// In rotation once haproxy's rise checks saw a node: any answer but
-	// its own 503 comes from an edged.
-	return retryFor(ctx, 20*time.Second, func() error {
-		resp, err := http.Get("http://" + h.proxy.EdgeFront + "/")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			return errors.New("haproxy has no edged in rotation yet")
-		}
-		return nil
-	})
+	return waitInRotation(ctx, "http://"+h.proxy.EdgeFront)
 }
 
 // retryFor calls f every 200 ms until it succeeds, for up to d.
