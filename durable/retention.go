@@ -71,6 +71,18 @@ type RetentionConfig struct {
 	// at 50 a second, 4.3 million, takes 72 minutes). The tables are
 	// walked side by side, each on its own schedule.
 	CatchUpRate float64
+	// CheckpointShare is the share of the checkpoints' WAL rate that the
+	// catch-up may write (default 0.25). That rate is what the server
+	// may write a second before a checkpoint comes by WAL rather than by
+	// checkpoint_timeout: max_wal_size/(1+checkpoint_completion_target)
+	// over checkpoint_timeout, read at each cycle's start (1 GB, 0.9 and
+	// 5 min, the server's defaults: 1.9 MB a second). A backlog's
+	// deletion then never shortens the time between checkpoints by more
+	// than a fifth, however large the backlog: each checkpoint brings a burst of full-page
+	// writes and a flush of everything dirtied, which the callbacks pay
+	// for. Only the catch-up is held to it; the part of each batch that
+	// keeps up with the inserts never is.
+	CheckpointShare float64
 	// MinPause separates any two batches (default 10ms); so does the
 	// previous batch's own duration, if longer: retention's session is
 	// never busy more than half the time, so a database too busy to give
@@ -100,6 +112,10 @@ type RetentionConfig struct {
 	OnState func(state string)
 	// OnError hears every failure RunRetention recovers from by retrying.
 	OnError func(error)
+
+	// sleep waits between batches (wait.Sleep; tests record the waits
+	// instead).
+	sleep func(context.Context, time.Duration) bool
 }
 
 // RetentionCycle is one cycle of the retention leader.
@@ -108,6 +124,9 @@ type RetentionCycle struct {
 	Deleted map[string]int64
 	// Took is the cycle's duration, pauses included.
 	Took time.Duration
+	// WAL is the WAL written while the cycle's batches ran, in bytes:
+	// theirs, and whatever other sessions wrote meanwhile.
+	WAL int64
 }
 
 // retentionLockID is retention's own advisory lock, apart from the relay's
@@ -120,11 +139,15 @@ func (c RetentionConfig) withDefaults() (RetentionConfig, error) {
 	c.ReviewRetention = cmp.Or(c.ReviewRetention, DefaultReviewRetention)
 	c.Batch = cmp.Or(c.Batch, 1000)
 	c.CatchUpRate = cmp.Or(c.CatchUpRate, 1000)
+	c.CheckpointShare = cmp.Or(c.CheckpointShare, 0.25)
 	c.MinPause = cmp.Or(c.MinPause, 10*time.Millisecond)
 	c.Interval = cmp.Or(c.Interval, time.Minute)
 	c.LockTimeout = cmp.Or(c.LockTimeout, 100*time.Millisecond)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, 5*time.Second)
 	c.LockID = cmp.Or(c.LockID, retentionLockID)
+	if c.sleep == nil {
+		c.sleep = wait.Sleep
+	}
 	return c, c.validate()
 }
 
@@ -133,7 +156,7 @@ func (c RetentionConfig) validate() error {
 		return fmt.Errorf("durable: claim retention %s is below %s, the channels' retry window: a retry must still find its claim",
 			c.ClaimRetention, MinClaimRetention)
 	}
-	if c.OutboxRetention < 0 || c.ReviewRetention < 0 || c.Batch < 0 || c.CatchUpRate < 0 || c.MinPause < 0 || c.Interval < 0 ||
+	if c.OutboxRetention < 0 || c.ReviewRetention < 0 || c.Batch < 0 || c.CatchUpRate < 0 || c.CheckpointShare < 0 || c.MinPause < 0 || c.Interval < 0 ||
 		c.LockTimeout < 0 || c.StatementTimeout < 0 {
 		return errors.New("durable: negative retention setting")
 	}
@@ -260,7 +283,8 @@ SELECT (SELECT count(*) FROM d), (SELECT min(published_at) FROM d), (SELECT max(
 // The leader works every table off in batches (Batch rows, each DELETE its
 // own short transaction under LockTimeout and StatementTimeout, skipping
 // rows locked by others), the tables side by side, each paced to its own
-// insert rate plus CatchUpRate, until nothing is old enough, then sleeps
+// insert rate plus CatchUpRate (whose WAL is held to CheckpointShare of the
+// checkpoints' rate), until nothing is old enough, then sleeps
 // Interval. Orders, trade_refund rows, unpublished outbox rows,
 // open review rows and the claims they name are never deleted.
 //
@@ -318,7 +342,7 @@ var retentionPlanner = map[string]string{
 func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) error {
 	for {
 		start := time.Now()
-		deleted, err := s.retentionCycle(ctx, conn, cfg)
+		cycle, err := s.retentionCycle(ctx, conn, cfg)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -326,7 +350,8 @@ func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig)
 			return err
 		}
 		if cfg.OnCycle != nil {
-			cfg.OnCycle(RetentionCycle{Deleted: deleted, Took: time.Since(start)})
+			cycle.Took = time.Since(start)
+			cfg.OnCycle(cycle)
 		}
 		wait.Sleep(ctx, cfg.Interval)
 		if ctx.Err() != nil {
@@ -352,22 +377,28 @@ type retentionWalk struct {
 }
 
 // retentionCycle works every table off, from one reading of the server's
-// clock (the clock that wrote the timestamps): the tables side by side,
-// each batch run when its table is due (retentionBudget), and never two
-// batches closer than MinPause or than the previous batch took.
-func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) (map[string]int64, error) {
+// clock (the clock that wrote the timestamps) and of its checkpoint
+// settings: the tables side by side, each batch run when its table is due
+// (retentionBudget) and the catch-up's WAL allows (catchUpWALTime), and
+// never two batches closer than MinPause or than the previous batch took.
+func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) (RetentionCycle, error) {
 	var now time.Time
-	if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, wrap(ctx, "retention: read the clock", err)
+	var maxWALMB, timeoutSec, completion float64
+	if err := conn.QueryRow(ctx, sqlCycleStart).Scan(&now, &maxWALMB, &timeoutSec, &completion); err != nil {
+		return RetentionCycle{}, wrap(ctx, "retention: read the clock and the checkpoint settings", err)
 	}
+	walCap := cfg.CheckpointShare * checkpointWALRate(maxWALMB, timeoutSec, completion)
 	start := time.Now()
 	walks := make([]*retentionWalk, len(retentionPlan))
 	for i, t := range retentionPlan {
 		walks[i] = &retentionWalk{table: t, cutoff: now.Add(-t.keep(cfg)),
 			from: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, sched: retentionSchedule{due: start}}
 	}
-	deleted := make(map[string]int64, len(retentionPlan))
+	cycle := RetentionCycle{Deleted: make(map[string]int64, len(retentionPlan))}
 	var ready time.Time // MinPause after the previous batch
+	// walDue is when the catch-up's WAL so far allows the next batch: one
+	// schedule for all tables, since the checkpoints are the server's.
+	walDue := retentionSchedule{due: start}
 	for {
 		var w *retentionWalk
 		for _, c := range walks {
@@ -376,54 +407,85 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 			}
 		}
 		if w == nil {
-			return deleted, nil
+			return cycle, nil
 		}
-		if !wait.Sleep(ctx, time.Until(maxTime(w.sched.due, ready))) && ctx.Err() != nil {
-			return deleted, ctx.Err()
+		if !cfg.sleep(ctx, time.Until(maxTime(maxTime(w.sched.due, ready), walDue.due))) && ctx.Err() != nil {
+			return cycle, ctx.Err()
 		}
 		began := time.Now()
-		n, err := s.retentionBatch(ctx, conn, cfg, w)
+		b, err := s.retentionBatch(ctx, conn, cfg, w)
 		if err != nil {
-			return deleted, wrap(ctx, "retention: delete from "+w.table.name, err)
+			return cycle, wrap(ctx, "retention: delete from "+w.table.name, err)
 		}
 		// Never busy more than half the time, whatever the schedule
 		// asks: a batch that took long met a busy database, and the
 		// callbacks come first. Where the database cannot give retention
 		// what ages out, the tables grow and the oldest row's age says so.
 		ready = time.Now().Add(max(cfg.MinPause, time.Since(began)))
-		if n > 0 {
-			deleted[w.table.name] += n
+		cycle.WAL += b.wal
+		walDue.next(began, catchUpWALTime(b.wal, b.catchUpShare, walCap))
+		if b.n > 0 {
+			cycle.Deleted[w.table.name] += b.n
 			if cfg.OnDeleted != nil {
-				cfg.OnDeleted(w.table.name, n)
+				cfg.OnDeleted(w.table.name, b.n)
 			}
 		}
 	}
 }
 
+// sqlCycleStart reads the server's clock and the settings its checkpoints
+// come by (max_wal_size in MB, checkpoint_timeout in seconds).
+const sqlCycleStart = `SELECT now(),
+  (SELECT setting::float8 FROM pg_settings WHERE name = 'max_wal_size'),
+  (SELECT setting::float8 FROM pg_settings WHERE name = 'checkpoint_timeout'),
+  (SELECT setting::float8 FROM pg_settings WHERE name = 'checkpoint_completion_target')`
+
+// sqlWALPosition is the server's WAL insert position, in bytes.
+const sqlWALPosition = `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8`
+
+// retentionBatchResult is what one batch did.
+type retentionBatchResult struct {
+	// n is how many rows it deleted.
+	n int64
+	// wal is the WAL written while it ran, in bytes (others' included).
+	wal int64
+	// catchUpShare is the part of its rows that were catch-up, not what
+	// aged out at the insert rate (retentionBudget's split).
+	catchUpShare float64
+}
+
 // retentionBatch runs w's next batch, moves w on past it (its cursor, its
-// schedule, done once nothing old enough is left), and returns how many
-// rows it deleted.
-func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk) (int64, error) {
+// schedule, done once nothing old enough is left), and returns what it
+// did.
+func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk) (retentionBatchResult, error) {
+	var r retentionBatchResult
 	began := time.Now()
-	var n int64
+	var walBefore, walAfter int64
+	if err := conn.QueryRow(ctx, sqlWALPosition).Scan(&walBefore); err != nil {
+		return r, err
+	}
 	var oldest, newest pgtype.Timestamptz
 	if w.table.byID {
 		var read int64
 		var lastOld bool
-		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.after, cfg.Batch).Scan(&n, &oldest, &newest, &read, &lastOld, &w.after); err != nil {
-			return 0, err
+		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.after, cfg.Batch).Scan(&r.n, &oldest, &newest, &read, &lastOld, &w.after); err != nil {
+			return r, err
 		}
 		w.done = read < int64(cfg.Batch) || !lastOld
 	} else {
-		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.from, cfg.Batch).Scan(&n, &oldest, &newest); err != nil {
-			return 0, err
+		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.from, cfg.Batch).Scan(&r.n, &oldest, &newest); err != nil {
+			return r, err
 		}
 		// A short batch means nothing old enough is left but rows other
 		// transactions hold: the next cycle takes those.
-		w.done = n < int64(cfg.Batch)
+		w.done = r.n < int64(cfg.Batch)
 	}
-	if n == 0 {
-		return 0, nil
+	if err := conn.QueryRow(ctx, sqlWALPosition).Scan(&walAfter); err != nil {
+		return r, err
+	}
+	r.wal = max(walAfter-walBefore, 0)
+	if r.n == 0 {
+		return r, nil
 	}
 	// The time the batch's rows were inserted over: since the previous
 	// batch's newest row, or across its own rows for a table's first.
@@ -431,10 +493,12 @@ func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg Retentio
 	if since.IsZero() {
 		since = oldest.Time
 	}
-	w.sched.next(began, retentionBudget(n, newest.Time.Sub(since), cfg.CatchUpRate))
+	span := newest.Time.Sub(since)
+	w.sched.next(began, retentionBudget(r.n, span, cfg.CatchUpRate))
+	r.catchUpShare = catchUpShare(r.n, span, cfg.CatchUpRate)
 	w.newest = maxTime(w.newest, newest.Time)
 	w.from = newest
-	return n, nil
+	return r, nil
 }
 
 // sqlOldestRowAges reads, per table, the age of the oldest row retention

@@ -112,3 +112,21 @@ func RetentionBatchConn(ctx context.Context, s *Store, table string) (*pgx.Conn,
 	}
 	return nil, "", fmt.Errorf("no retention table %q", table)
 }
+
+// WithRetentionSleep returns cfg with the waits between its batches made by
+// sleep instead of wait.Sleep.
+func WithRetentionSleep(cfg RetentionConfig, sleep func(context.Context, time.Duration) bool) RetentionConfig {
+	cfg.sleep = sleep
+	return cfg
+}
+
+// CheckpointWALRate reads the server's checkpoint WAL rate, in bytes a
+// second, as a retention cycle does at its start.
+func CheckpointWALRate(ctx context.Context, s *Store) (float64, error) {
+	var now time.Time
+	var maxWALMB, timeoutSec, completion float64
+	if err := s.pool.QueryRow(ctx, sqlCycleStart).Scan(&now, &maxWALMB, &timeoutSec, &completion); err != nil {
+		return 0, err
+	}
+	return checkpointWALRate(maxWALMB, timeoutSec, completion), nil
+}

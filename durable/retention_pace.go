@@ -48,3 +48,43 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// catchUpShare is the part of a batch's n rows that is catch-up: of the
+// rate retentionBudget gives it (the insert rate n/span plus catchUp),
+// catchUp's share. Rows that share one time (span 0) have no insert rate
+// to read, and count as catch-up whole.
+func catchUpShare(n int64, span time.Duration, catchUp float64) float64 {
+	if n <= 0 || catchUp <= 0 {
+		return 0
+	}
+	if span <= 0 {
+		return 1
+	}
+	inserted := float64(n) / span.Seconds()
+	return catchUp / (inserted + catchUp)
+}
+
+// checkpointWALRate is the WAL, in bytes a second, that brings the next
+// checkpoint by WAL exactly when checkpoint_timeout would: Postgres starts
+// one once max_wal_size/(1+checkpoint_completion_target) has been written
+// since the previous one's start. Written faster, checkpoints come sooner,
+// each with its flush and a new round of full-page images. 0 for settings
+// it cannot read.
+func checkpointWALRate(maxWALMB, timeoutSec, completion float64) float64 {
+	if maxWALMB <= 0 || timeoutSec <= 0 || completion < 0 {
+		return 0
+	}
+	return maxWALMB * (1 << 20) / (1 + completion) / timeoutSec
+}
+
+// catchUpWALTime is the time a batch's catch-up WAL needs at capRate bytes
+// a second: the batch wrote wal bytes, share of them for the catch-up.
+// The next batch waits that long after this one was due by its WAL, so
+// the catch-up writes capRate at most, on average. No cap (capRate 0)
+// takes no time.
+func catchUpWALTime(wal int64, share, capRate float64) time.Duration {
+	if wal <= 0 || share <= 0 || capRate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(wal) * share / capRate * float64(time.Second))
+}

@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -54,5 +55,52 @@ func TestRetentionSchedule(t *testing.T) {
 	s.next(t0.Add(10*time.Second), 100*time.Millisecond)
 	if want := t0.Add(10*time.Second - retentionBurst + 100*time.Millisecond); !s.due.Equal(want) {
 		t.Fatalf("due %v after a long stall, want %v (at most %v made up)", s.due, want, retentionBurst)
+	}
+}
+
+// A batch's catch-up share is catchUp's part of the rate it gets.
+func TestCatchUpShare(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		n       int64
+		span    time.Duration
+		catchUp float64
+		want    float64
+	}{
+		// 1,000 a second inserted, 1,000 caught up: half.
+		{"busy table", 1000, time.Second, 1000, 0.5},
+		// 50 a second inserted, 1,000 caught up.
+		{"quiet table", 1000, 20 * time.Second, 1000, 1000.0 / 1050},
+		{"no catch-up", 1000, time.Second, 0, 0},
+		{"one time", 1000, 0, 1000, 1},
+		{"no rows", 0, time.Second, 1000, 0},
+	} {
+		if got := catchUpShare(c.n, c.span, c.catchUp); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: catchUpShare(%d, %v, %v) = %v, want %v", c.name, c.n, c.span, c.catchUp, got, c.want)
+		}
+	}
+}
+
+// The checkpoints' WAL rate is max_wal_size/(1+completion) over the
+// timeout; the catch-up's WAL takes its share of it in time.
+func TestCheckpointWALPace(t *testing.T) {
+	// The server's defaults: 1 GB, 5 min, 0.9.
+	if got, want := checkpointWALRate(1024, 300, 0.9), 1024.0*(1<<20)/1.9/300; math.Abs(got-want) > 1e-6 {
+		t.Errorf("checkpointWALRate(defaults) = %v, want %v", got, want)
+	}
+	if got := checkpointWALRate(0, 300, 0.9); got != 0 {
+		t.Errorf("checkpointWALRate with no max_wal_size = %v, want 0 (no cap)", got)
+	}
+	// 1 MB of WAL, three quarters of it catch-up, at 1 MB a second.
+	if got, want := catchUpWALTime(1<<20, 0.75, 1<<20), 750*time.Millisecond; got != want {
+		t.Errorf("catchUpWALTime = %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		wal          int64
+		share, limit float64
+	}{{0, 1, 1}, {1 << 20, 0, 1}, {1 << 20, 1, 0}} {
+		if got := catchUpWALTime(c.wal, c.share, c.limit); got != 0 {
+			t.Errorf("catchUpWALTime(%d, %v, %v) = %v, want 0", c.wal, c.share, c.limit, got)
+		}
 	}
 }

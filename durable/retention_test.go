@@ -683,3 +683,67 @@ func TestRetentionSessionWalksIndexes(t *testing.T) {
 		t.Errorf("retention session: application_name = %q (%v)", v, err)
 	}
 }
+
+// A backlog's catch-up writes at most CheckpointShare of the checkpoints'
+// WAL rate: the batches wait for their WAL at that rate, and with a share
+// too large to matter they do not wait. The waits are recorded, not slept.
+func TestRetentionCatchUpKeepsToItsWALShare(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	rate, err := durable.CheckpointWALRate(ctx, b.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server's defaults give a rate of about 1.9 MB a second.
+	if rate < 1<<10 {
+		t.Fatalf("checkpoint WAL rate %v bytes a second; the settings were not read", rate)
+	}
+	const walCap = 20 << 10 // 20 KiB a second
+	for _, c := range []struct {
+		name  string
+		share float64
+	}{{"capped", walCap / rate}, {"uncapped", 1e9}} {
+		b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+			SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' - g * interval '1 millisecond'
+			  FROM generate_series(1, 5000) g`)
+		var mu sync.Mutex
+		var longest time.Duration
+		cfg := testRetention()
+		cfg.Batch = 100
+		// Catch-up (nearly) all of it: the table's own schedule asks for
+		// no wait, only the WAL cap does.
+		cfg.CatchUpRate = 1e9
+		cfg.CheckpointShare = c.share
+		cfg = durable.WithRetentionSleep(cfg, func(ctx context.Context, d time.Duration) bool {
+			mu.Lock()
+			longest = max(longest, d)
+			mu.Unlock()
+			return ctx.Err() == nil
+		})
+		cycle := retentionCycle(t, b.store, cfg)
+		mu.Lock()
+		got := longest
+		mu.Unlock()
+		if cycle.Deleted[durable.TableClaim] != 5000 {
+			t.Fatalf("%s: deleted %v, want 5000 claims", c.name, cycle.Deleted)
+		}
+		// A claim deletion writes some 300 bytes of WAL.
+		if cycle.WAL < 5000*100 {
+			t.Fatalf("%s: the cycle's WAL is %d bytes for 5000 claims", c.name, cycle.WAL)
+		}
+		// Nothing is slept, so the waits add up: the last batch waits for
+		// every batch's WAL before it (all but 1/50 of the cycle's) at
+		// walCap, less the little real time the cycle took.
+		need := time.Duration(float64(cycle.WAL) / walCap * float64(time.Second))
+		switch c.name {
+		case "capped":
+			if got < need*8/10 || got > need {
+				t.Errorf("capped: the longest wait was %v; %d bytes of WAL at %d a second need %v", got, cycle.WAL, walCap, need)
+			}
+		case "uncapped":
+			if got > time.Second {
+				t.Errorf("uncapped: the longest wait was %v, want none to speak of", got)
+			}
+		}
+	}
+}
