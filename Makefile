@@ -167,6 +167,10 @@ bench-grown: deps
 bench-soak: deps build
 	$(GO) run ./cmd/edgebench soak -edged bin/edged -shipper bin/shipper -forwarder bin/forwarder -duration $(or $(DURATION),1h)
 
+## bench-bloat: two weeks of claims and outbox rows turned over in minutes under retention and autovacuum, with the server's defaults and with a vacuum every 2 % of dead rows: the tables' sizes by day (about 20 minutes)
+bench-bloat: deps
+	$(GO) run ./cmd/edgebench bloat -out bench/results
+
 ## bench-bills: a daily statement of 100,000 and of 1,000,000 rows fetched, parsed and compared by edged: time and edged's peak memory
 bench-bills: deps build
 	$(GO) run ./cmd/edgebench bills -edged bin/edged -rows $(or $(ROWS),100000,1000000)
@@ -229,4 +233,4 @@ lint:
 		echo "cmd/forwarder links a Postgres client: see 'go list -deps ./cmd/forwarder'"; exit 1; \
 	fi; echo "forwarder links no Postgres client: ok"
 
-.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy deps-ha run build test demo bench-go bench-scale bench-ha bench-compare bench-grown bench-soak bench-bills fuzz test-race bench lint
+.PHONY: help deps deps-postgres deps-redis deps-curl deps-promtool deps-chromium deps-haproxy deps-ha run build test demo bench-go bench-scale bench-ha bench-compare bench-grown bench-soak bench-bloat bench-bills fuzz test-race bench lint

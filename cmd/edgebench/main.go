@@ -17,6 +17,9 @@
 //	edgebench soak -edged bin/edged -shipper bin/shipper -forwarder bin/forwarder [-duration 1h]
 //	                                            an hour at half the peak with retention and the relay
 //	                                            running: latency and memory over time
+//	edgebench bloat [-claims 1000000 -week 3m30s -weeks 2]
+//	                                            a week of claims and outbox rows turned over in minutes
+//	                                            under retention and autovacuum: the tables' sizes by day
 package main
 
 import (
@@ -66,8 +69,12 @@ func main() {
 		soak(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "bloat" {
+		bloat(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale|ha|soak [flags]")
+		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale|ha|soak|bloat [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("edgebench demo", flag.ExitOnError)
@@ -239,6 +246,35 @@ func soak(args []string) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := bench.RunSoak(ctx, cfg)
+	if rep != nil {
+		fmt.Print(rep.Table())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+}
+
+// bloat turns weeks of claims and outbox rows over under retention and
+// autovacuum (bench.RunBloat).
+func bloat(args []string) {
+	fs := flag.NewFlagSet("edgebench bloat", flag.ExitOnError)
+	var cfg bench.BloatConfig
+	fs.Int64Var(&cfg.Claims, "claims", 1_000_000, "the week of claims kept (the outbox keeps 0.67 of that)")
+	fs.DurationVar(&cfg.Week, "week", 210*time.Second, "the wall time a simulated week takes")
+	fs.IntVar(&cfg.Weeks, "weeks", 2, "the weeks turned over after the seeded one")
+	variants := fs.String("variants", "", "the autovacuum settings to run, comma-separated (default all)")
+	fs.StringVar(&cfg.Out, "out", "bench/results", "where the JSON and the plot go")
+	fs.Parse(args)
+	if *variants != "" {
+		for _, v := range strings.Split(*variants, ",") {
+			cfg.Variants = append(cfg.Variants, strings.TrimSpace(v))
+		}
+	}
+	cfg.Progress = os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.RunBloat(ctx, cfg)
 	if rep != nil {
 		fmt.Print(rep.Table())
 	}
