@@ -208,12 +208,8 @@ func bloatRun(ctx context.Context, cfg BloatConfig, rep *BloatReport, v BloatVar
 		return nil, err
 	}
 	defer db.Close()
-	if v.TableOptions != "" {
-		for _, t := range bloatTables {
-			if _, err := db.Exec(ctx, `ALTER TABLE `+t+` SET (`+v.TableOptions+`)`); err != nil {
-				return nil, fmt.Errorf("table options: %w", err)
-			}
-		}
+	if err := setTableOptions(ctx, db, v.TableOptions); err != nil {
+		return nil, err
 	}
 	run := &BloatRun{Variant: v}
 	// A row g (0 the oldest seeded) is stamped start - 168 h + g*Week/n:
@@ -277,6 +273,21 @@ func bloatRun(ctx context.Context, cfg BloatConfig, rep *BloatReport, v BloatVar
 		say("day %d: %s", d, bd.line())
 	}
 	return run, nil
+}
+
+// setTableOptions sets storage parameters (ALTER TABLE ... SET (opts)) on
+// the tables retention deletes from, as an operator tunes their
+// autovacuum; "" sets none.
+func setTableOptions(ctx context.Context, db *pgxpool.Pool, opts string) error {
+	if opts == "" {
+		return nil
+	}
+	for _, t := range bloatTables {
+		if _, err := db.Exec(ctx, `ALTER TABLE `+t+` SET (`+opts+`)`); err != nil {
+			return fmt.Errorf("%s: table options: %w", t, err)
+		}
+	}
+	return nil
 }
 
 // sqlBloatCounters reads the WAL position and the checkpoints begun.

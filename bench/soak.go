@@ -53,6 +53,11 @@ type SoakConfig struct {
 	// Workers the closed-loop concurrency that measures it (default 64).
 	Share   float64
 	Workers int
+	// TableOptions, if set, are storage parameters set on the tables
+	// retention deletes from (notify_claim and outbox), as an operator
+	// sets autovacuum for them (BloatVariants); none leaves the server's
+	// defaults.
+	TableOptions string
 	// Quick is the smoke test's soak: seconds long, a small window seeded.
 	Quick bool
 	// Out, if set, receives the report's JSON and plots.
@@ -62,10 +67,12 @@ type SoakConfig struct {
 
 // SoakReport is what RunSoak measured.
 type SoakReport struct {
-	When          time.Time `json:"when"`
-	Machine       string    `json:"machine"`
-	LoadAvgBefore string    `json:"loadavg_before"`
-	LoadAvgAfter  string    `json:"loadavg_after"`
+	When time.Time `json:"when"`
+	// TableOptions are SoakConfig's, set on the tables.
+	TableOptions  string `json:"table_options,omitempty"`
+	Machine       string `json:"machine"`
+	LoadAvgBefore string `json:"loadavg_before"`
+	LoadAvgAfter  string `json:"loadavg_after"`
 	// Peak is the closed-loop req/s of first deliveries, Rate the soak's.
 	Peak float64 `json:"peak_req_per_sec"`
 	Rate int     `json:"rate"`
@@ -175,7 +182,7 @@ func (c *SoakConfig) defaults() {
 // cross the retention, soaks, and checks by SQL.
 func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	cfg.defaults()
-	rep := &SoakReport{When: time.Now().UTC(), Machine: machine(), LoadAvgBefore: loadAvg(),
+	rep := &SoakReport{When: time.Now().UTC(), TableOptions: cfg.TableOptions, Machine: machine(), LoadAvgBefore: loadAvg(),
 		Seeded: map[string]int64{}, SeedSeconds: map[string]float64{}, RSSGrowth: map[string]float64{}, Deleted: map[string]float64{},
 		MaxPastRetention: map[string]float64{}}
 	say := func(f string, a ...any) {
@@ -357,6 +364,9 @@ func (st *soakStack) start(ctx context.Context, cfg SoakConfig) error {
 	}
 	if st.db, err = pgxpool.New(ctx, dbURL); err != nil {
 		return fmt.Errorf("soak: database: %w", err)
+	}
+	if err := setTableOptions(ctx, st.db, cfg.TableOptions); err != nil {
+		return err
 	}
 	if st.cache, err = claimcachetest.Start(); err != nil {
 		return err
@@ -689,6 +699,9 @@ func writeSoak(dir string, r *SoakReport) error {
 func (r *SoakReport) Table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "notifyedge soak, %s, %s, load average before %s, after %s\n", r.When.Format(time.RFC3339), r.Machine, r.LoadAvgBefore, r.LoadAvgAfter)
+	if r.TableOptions != "" {
+		fmt.Fprintf(&b, "notify_claim and outbox with (%s)\n", r.TableOptions)
+	}
 	fmt.Fprintf(&b, "peak %.0f first deliveries a second (closed loop); soak at %d a second\n", r.Peak, r.Rate)
 	fmt.Fprintf(&b, "seeded to cross the retention meanwhile: %d claims, %d outbox rows (rows %.0f s, indexes %.0f s)\n",
 		r.Seeded["notify_claim"], r.Seeded["outbox"], r.SeedSeconds["rows"], r.SeedSeconds["indexes"])
