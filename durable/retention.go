@@ -72,16 +72,20 @@ type RetentionConfig struct {
 	// walked side by side, each on its own schedule.
 	CatchUpRate float64
 	// CheckpointShare is the share of the checkpoints' WAL rate that the
-	// catch-up may write (default 0.25). That rate is what the server
-	// may write a second before a checkpoint comes by WAL rather than by
-	// checkpoint_timeout: max_wal_size/(1+checkpoint_completion_target)
-	// over checkpoint_timeout, read at each cycle's start (1 GB, 0.9 and
-	// 5 min, the server's defaults: 1.9 MB a second). A backlog's
-	// deletion then never shortens the time between checkpoints by more
-	// than a fifth, however large the backlog: each checkpoint brings a burst of full-page
-	// writes and a flush of everything dirtied, which the callbacks pay
-	// for. Only the catch-up is held to it; the part of each batch that
-	// keeps up with the inserts never is.
+	// catch-up's deletes may write (default 0.25). That rate is what the
+	// server may write a second before a checkpoint comes by WAL rather
+	// than by checkpoint_timeout: max_wal_size/(1+checkpoint_completion_
+	// target) over checkpoint_timeout, read at each cycle's start (1 GB,
+	// 0.9 and 5 min, the server's defaults: 1.9 MB a second). Each
+	// checkpoint brings a burst of full-page writes and a flush of
+	// everything dirtied, which the callbacks pay for; a backlog, however
+	// large, then adds at most this share of the WAL that brings one
+	// sooner (vacuuming the rows it deleted writes more, later). Each
+	// table's catch-up is lowered below CatchUpRate where its deletes'
+	// WAL, measured around each batch, would pass its even part of the
+	// share; the WAL other sessions write meanwhile is counted too, so the
+	// measure errs high and the catch-up low. The rows that keep up with
+	// the inserts are never held back.
 	CheckpointShare float64
 	// MinPause separates any two batches (default 10ms); so does the
 	// previous batch's own duration, if longer: retention's session is
@@ -340,9 +344,11 @@ var retentionPlanner = map[string]string{
 
 // retain runs cycles on the lock's connection until an error or ctx ends.
 func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) error {
+	// Each table's WAL per deleted row, carried from cycle to cycle.
+	perRow := make(map[string]float64, len(retentionPlan))
 	for {
 		start := time.Now()
-		cycle, err := s.retentionCycle(ctx, conn, cfg)
+		cycle, err := s.retentionCycle(ctx, conn, cfg, perRow)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -374,14 +380,18 @@ type retentionWalk struct {
 	newest time.Time
 	sched  retentionSchedule
 	done   bool
+	// walPerRow is the WAL a deleted row of the table writes, in bytes: a
+	// moving average over its batches (0 before the first).
+	walPerRow float64
 }
 
 // retentionCycle works every table off, from one reading of the server's
 // clock (the clock that wrote the timestamps) and of its checkpoint
 // settings: the tables side by side, each batch run when its table is due
-// (retentionBudget) and the catch-up's WAL allows (catchUpWALTime), and
+// (retentionBudget, with a catch-up its WAL allows: catchUpRate), and
 // never two batches closer than MinPause or than the previous batch took.
-func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) (RetentionCycle, error) {
+// perRow carries each table's WAL per deleted row from cycle to cycle.
+func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, perRow map[string]float64) (RetentionCycle, error) {
 	var now time.Time
 	var maxWALMB, timeoutSec, completion float64
 	if err := conn.QueryRow(ctx, sqlCycleStart).Scan(&now, &maxWALMB, &timeoutSec, &completion); err != nil {
@@ -392,28 +402,30 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 	walks := make([]*retentionWalk, len(retentionPlan))
 	for i, t := range retentionPlan {
 		walks[i] = &retentionWalk{table: t, cutoff: now.Add(-t.keep(cfg)),
-			from: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, sched: retentionSchedule{due: start}}
+			from: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, sched: retentionSchedule{due: start},
+			walPerRow: perRow[t.name]}
 	}
 	cycle := RetentionCycle{Deleted: make(map[string]int64, len(retentionPlan))}
 	var ready time.Time // MinPause after the previous batch
-	// walDue is when the catch-up's WAL so far allows the next batch: one
-	// schedule for all tables, since the checkpoints are the server's.
-	walDue := retentionSchedule{due: start}
 	for {
 		var w *retentionWalk
+		walking := 0
 		for _, c := range walks {
-			if !c.done && (w == nil || c.sched.due.Before(w.sched.due)) {
-				w = c
+			if !c.done {
+				walking++
+				if w == nil || c.sched.due.Before(w.sched.due) {
+					w = c
+				}
 			}
 		}
 		if w == nil {
 			return cycle, nil
 		}
-		if !cfg.sleep(ctx, time.Until(maxTime(maxTime(w.sched.due, ready), walDue.due))) && ctx.Err() != nil {
+		if !cfg.sleep(ctx, time.Until(maxTime(w.sched.due, ready))) && ctx.Err() != nil {
 			return cycle, ctx.Err()
 		}
 		began := time.Now()
-		b, err := s.retentionBatch(ctx, conn, cfg, w)
+		b, err := s.retentionBatch(ctx, conn, cfg, w, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow, walking))
 		if err != nil {
 			return cycle, wrap(ctx, "retention: delete from "+w.table.name, err)
 		}
@@ -423,8 +435,9 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		// what ages out, the tables grow and the oldest row's age says so.
 		ready = time.Now().Add(max(cfg.MinPause, time.Since(began)))
 		cycle.WAL += b.wal
-		walDue.next(began, catchUpWALTime(b.wal, b.catchUpShare, walCap))
 		if b.n > 0 {
+			w.walPerRow = movingWALPerRow(w.walPerRow, b.wal, b.n)
+			perRow[w.table.name] = w.walPerRow
 			cycle.Deleted[w.table.name] += b.n
 			if cfg.OnDeleted != nil {
 				cfg.OnDeleted(w.table.name, b.n)
@@ -434,11 +447,12 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 }
 
 // sqlCycleStart reads the server's clock and the settings its checkpoints
-// come by (max_wal_size in MB, checkpoint_timeout in seconds).
+// come by (max_wal_size in MB, checkpoint_timeout in seconds); a setting
+// it cannot read is 0, which leaves the catch-up uncapped.
 const sqlCycleStart = `SELECT now(),
-  (SELECT setting::float8 FROM pg_settings WHERE name = 'max_wal_size'),
-  (SELECT setting::float8 FROM pg_settings WHERE name = 'checkpoint_timeout'),
-  (SELECT setting::float8 FROM pg_settings WHERE name = 'checkpoint_completion_target')`
+  coalesce((SELECT setting::float8 FROM pg_settings WHERE name = 'max_wal_size'), 0),
+  coalesce((SELECT setting::float8 FROM pg_settings WHERE name = 'checkpoint_timeout'), 0),
+  coalesce((SELECT setting::float8 FROM pg_settings WHERE name = 'checkpoint_completion_target'), 0)`
 
 // sqlWALPosition is the server's WAL insert position, in bytes.
 const sqlWALPosition = `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8`
@@ -449,15 +463,12 @@ type retentionBatchResult struct {
 	n int64
 	// wal is the WAL written while it ran, in bytes (others' included).
 	wal int64
-	// catchUpShare is the part of its rows that were catch-up, not what
-	// aged out at the insert rate (retentionBudget's split).
-	catchUpShare float64
 }
 
 // retentionBatch runs w's next batch, moves w on past it (its cursor, its
-// schedule, done once nothing old enough is left), and returns what it
-// did.
-func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk) (retentionBatchResult, error) {
+// schedule at the insert rate plus catchUp, done once nothing old enough
+// is left), and returns what it did.
+func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk, catchUp float64) (retentionBatchResult, error) {
 	var r retentionBatchResult
 	began := time.Now()
 	var walBefore, walAfter int64
@@ -493,9 +504,7 @@ func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg Retentio
 	if since.IsZero() {
 		since = oldest.Time
 	}
-	span := newest.Time.Sub(since)
-	w.sched.next(began, retentionBudget(r.n, span, cfg.CatchUpRate))
-	r.catchUpShare = catchUpShare(r.n, span, cfg.CatchUpRate)
+	w.sched.next(began, retentionBudget(r.n, newest.Time.Sub(since), catchUp))
 	w.newest = maxTime(w.newest, newest.Time)
 	w.from = newest
 	return r, nil

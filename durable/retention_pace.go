@@ -49,21 +49,6 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// catchUpShare is the part of a batch's n rows that is catch-up: of the
-// rate retentionBudget gives it (the insert rate n/span plus catchUp),
-// catchUp's share. Rows that share one time (span 0) have no insert rate
-// to read, and count as catch-up whole.
-func catchUpShare(n int64, span time.Duration, catchUp float64) float64 {
-	if n <= 0 || catchUp <= 0 {
-		return 0
-	}
-	if span <= 0 {
-		return 1
-	}
-	inserted := float64(n) / span.Seconds()
-	return catchUp / (inserted + catchUp)
-}
-
 // checkpointWALRate is the WAL, in bytes a second, that brings the next
 // checkpoint by WAL exactly when checkpoint_timeout would: Postgres starts
 // one once max_wal_size/(1+checkpoint_completion_target) has been written
@@ -77,14 +62,29 @@ func checkpointWALRate(maxWALMB, timeoutSec, completion float64) float64 {
 	return maxWALMB * (1 << 20) / (1 + completion) / timeoutSec
 }
 
-// catchUpWALTime is the time a batch's catch-up WAL needs at capRate bytes
-// a second: the batch wrote wal bytes, share of them for the catch-up.
-// The next batch waits that long after this one was due by its WAL, so
-// the catch-up writes capRate at most, on average. No cap (capRate 0)
-// takes no time.
-func catchUpWALTime(wal int64, share, capRate float64) time.Duration {
-	if wal <= 0 || share <= 0 || capRate <= 0 {
-		return 0
+// catchUpRate is a table's catch-up, in rows a second: catchUp, or less
+// where the table's deletes, perRow bytes of WAL a row, would write more
+// than its even part of walCap, shared by the tables still walking. No cap
+// (walCap 0) or no reading yet (perRow 0) leaves catchUp.
+func catchUpRate(catchUp, walCap, perRow float64, tables int) float64 {
+	if walCap <= 0 || perRow <= 0 || tables <= 0 {
+		return catchUp
 	}
-	return time.Duration(float64(wal) * share / capRate * float64(time.Second))
+	return min(catchUp, walCap/float64(tables)/perRow)
+}
+
+// movingWALPerRow folds a batch's WAL per row (wal bytes for n rows) into
+// the table's moving average avg (0: none yet), weighing the batch 0.3:
+// a few batches follow a change (full-page images after a checkpoint),
+// one odd batch (another session's burst of WAL meanwhile) moves it
+// little.
+func movingWALPerRow(avg float64, wal, n int64) float64 {
+	if n <= 0 {
+		return avg
+	}
+	v := float64(max(wal, 0)) / float64(n)
+	if avg <= 0 {
+		return v
+	}
+	return 0.7*avg + 0.3*v
 }

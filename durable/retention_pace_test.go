@@ -58,31 +58,31 @@ func TestRetentionSchedule(t *testing.T) {
 	}
 }
 
-// A batch's catch-up share is catchUp's part of the rate it gets.
-func TestCatchUpShare(t *testing.T) {
+// The catch-up is CatchUpRate, lowered where its WAL would pass the
+// table's even part of the cap.
+func TestCatchUpRate(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		n       int64
-		span    time.Duration
-		catchUp float64
-		want    float64
+		name                    string
+		catchUp, walCap, perRow float64
+		tables                  int
+		want                    float64
 	}{
-		// 1,000 a second inserted, 1,000 caught up: half.
-		{"busy table", 1000, time.Second, 1000, 0.5},
-		// 50 a second inserted, 1,000 caught up.
-		{"quiet table", 1000, 20 * time.Second, 1000, 1000.0 / 1050},
-		{"no catch-up", 1000, time.Second, 0, 0},
-		{"one time", 1000, 0, 1000, 1},
-		{"no rows", 0, time.Second, 1000, 0},
+		// 471 KB a second (a quarter of the defaults' rate) over two
+		// tables of 400-byte rows: 589 rows a second each.
+		{"capped", 1000, 471_000, 400, 2, 471_000 / 2.0 / 400},
+		// One table alone gets the whole cap: 1,177, above 1,000.
+		{"under the cap", 1000, 471_000, 400, 1, 1000},
+		{"no cap", 1000, 0, 400, 2, 1000},
+		{"no reading yet", 1000, 471_000, 0, 2, 1000},
 	} {
-		if got := catchUpShare(c.n, c.span, c.catchUp); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("%s: catchUpShare(%d, %v, %v) = %v, want %v", c.name, c.n, c.span, c.catchUp, got, c.want)
+		if got := catchUpRate(c.catchUp, c.walCap, c.perRow, c.tables); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: catchUpRate(%v, %v, %v, %d) = %v, want %v", c.name, c.catchUp, c.walCap, c.perRow, c.tables, got, c.want)
 		}
 	}
 }
 
 // The checkpoints' WAL rate is max_wal_size/(1+completion) over the
-// timeout; the catch-up's WAL takes its share of it in time.
+// timeout; a table's WAL per row is a moving average of its batches'.
 func TestCheckpointWALPace(t *testing.T) {
 	// The server's defaults: 1 GB, 5 min, 0.9.
 	if got, want := checkpointWALRate(1024, 300, 0.9), 1024.0*(1<<20)/1.9/300; math.Abs(got-want) > 1e-6 {
@@ -91,16 +91,18 @@ func TestCheckpointWALPace(t *testing.T) {
 	if got := checkpointWALRate(0, 300, 0.9); got != 0 {
 		t.Errorf("checkpointWALRate with no max_wal_size = %v, want 0 (no cap)", got)
 	}
-	// 1 MB of WAL, three quarters of it catch-up, at 1 MB a second.
-	if got, want := catchUpWALTime(1<<20, 0.75, 1<<20), 750*time.Millisecond; got != want {
-		t.Errorf("catchUpWALTime = %v, want %v", got, want)
-	}
 	for _, c := range []struct {
-		wal          int64
-		share, limit float64
-	}{{0, 1, 1}, {1 << 20, 0, 1}, {1 << 20, 1, 0}} {
-		if got := catchUpWALTime(c.wal, c.share, c.limit); got != 0 {
-			t.Errorf("catchUpWALTime(%d, %v, %v) = %v, want 0", c.wal, c.share, c.limit, got)
+		name   string
+		avg    float64
+		wal, n int64
+		want   float64
+	}{
+		{"first batch", 0, 400_000, 1000, 400},
+		{"later batch", 400, 200_000, 1000, 0.7*400 + 0.3*200},
+		{"no rows", 400, 5000, 0, 400},
+	} {
+		if got := movingWALPerRow(c.avg, c.wal, c.n); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: movingWALPerRow(%v, %d, %d) = %v, want %v", c.name, c.avg, c.wal, c.n, got, c.want)
 		}
 	}
 }

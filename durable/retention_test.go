@@ -685,8 +685,11 @@ func TestRetentionSessionWalksIndexes(t *testing.T) {
 }
 
 // A backlog's catch-up writes at most CheckpointShare of the checkpoints'
-// WAL rate: the batches wait for their WAL at that rate, and with a share
-// too large to matter they do not wait. The waits are recorded, not slept.
+// WAL rate: with a small share, the batches of a backlog of old rows wait
+// as that rate asks, and with a share too large to matter they do not;
+// but rows that keep up with the inserts are never held to it. The waits
+// are recorded, not slept: they add up, and the longest is the whole
+// cycle's schedule less the little real time it took.
 func TestRetentionCatchUpKeepsToItsWALShare(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
@@ -694,24 +697,30 @@ func TestRetentionCatchUpKeepsToItsWALShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server's defaults give a rate of about 1.9 MB a second.
+	// The server's defaults give about 1.9 MB a second.
 	if rate < 1<<10 {
 		t.Fatalf("checkpoint WAL rate %v bytes a second; the settings were not read", rate)
 	}
 	const walCap = 20 << 10 // 20 KiB a second
+	const rows = 5000
 	for _, c := range []struct {
-		name  string
+		name string
+		// apart is the rows' created_at step: 1 s is a backlog (1 row a
+		// second inserted), 1 ms keeps up with 1,000 a second.
+		apart string
 		share float64
-	}{{"capped", walCap / rate}, {"uncapped", 1e9}} {
+	}{
+		{"capped backlog", "1 second", walCap / rate},
+		{"uncapped backlog", "1 second", 1e9},
+		{"keeping up", "1 millisecond", walCap / rate},
+	} {
 		b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
-			SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' - g * interval '1 millisecond'
-			  FROM generate_series(1, 5000) g`)
+			SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' - g * $1::interval
+			  FROM generate_series(1, $2::int) g`, c.apart, rows)
 		var mu sync.Mutex
 		var longest time.Duration
 		cfg := testRetention()
 		cfg.Batch = 100
-		// Catch-up (nearly) all of it: the table's own schedule asks for
-		// no wait, only the WAL cap does.
 		cfg.CatchUpRate = 1e9
 		cfg.CheckpointShare = c.share
 		cfg = durable.WithRetentionSleep(cfg, func(ctx context.Context, d time.Duration) bool {
@@ -724,25 +733,32 @@ func TestRetentionCatchUpKeepsToItsWALShare(t *testing.T) {
 		mu.Lock()
 		got := longest
 		mu.Unlock()
-		if cycle.Deleted[durable.TableClaim] != 5000 {
-			t.Fatalf("%s: deleted %v, want 5000 claims", c.name, cycle.Deleted)
+		if cycle.Deleted[durable.TableClaim] != rows {
+			t.Fatalf("%s: deleted %v, want %d claims", c.name, cycle.Deleted, rows)
 		}
-		// A claim deletion writes some 300 bytes of WAL.
-		if cycle.WAL < 5000*100 {
-			t.Fatalf("%s: the cycle's WAL is %d bytes for 5000 claims", c.name, cycle.WAL)
+		// A claim's delete writes 100 bytes of WAL or more.
+		if cycle.WAL < rows*80 {
+			t.Fatalf("%s: the cycle's WAL is %d bytes for %d claims", c.name, cycle.WAL, rows)
 		}
-		// Nothing is slept, so the waits add up: the last batch waits for
-		// every batch's WAL before it (all but 1/50 of the cycle's) at
-		// walCap, less the little real time the cycle took.
-		need := time.Duration(float64(cycle.WAL) / walCap * float64(time.Second))
 		switch c.name {
-		case "capped":
-			if got < need*8/10 || got > need {
-				t.Errorf("capped: the longest wait was %v; %d bytes of WAL at %d a second need %v", got, cycle.WAL, walCap, need)
+		case "capped backlog":
+			// Inserted at 1 a second, caught up at walCap over the WAL
+			// per row: the rows' schedule is rows/(1 + walCap/perRow).
+			perRow := float64(cycle.WAL) / rows
+			need := time.Duration(rows / (1 + walCap/perRow) * float64(time.Second))
+			if got < need/2 || got > need*3/2 {
+				t.Errorf("%s: the longest wait was %v; %d claims at %.0f bytes of WAL each, at %d bytes a second, need about %v",
+					c.name, got, rows, perRow, walCap, need)
 			}
-		case "uncapped":
+		case "uncapped backlog":
 			if got > time.Second {
-				t.Errorf("uncapped: the longest wait was %v, want none to speak of", got)
+				t.Errorf("%s: the longest wait was %v, want none to speak of", c.name, got)
+			}
+		case "keeping up":
+			// 1,000 a second inserted: 5 s at that rate, whatever the
+			// cap, and never the cap's 30 s or more.
+			if got > 6*time.Second {
+				t.Errorf("%s: the longest wait was %v, want at most the insert rate's %v", c.name, got, 5*time.Second)
 			}
 		}
 	}
