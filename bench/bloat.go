@@ -224,9 +224,9 @@ func bloatRun(ctx context.Context, cfg BloatConfig, rep *BloatReport, v BloatVar
 		return run, err
 	}
 	run.SeedSeconds = time.Since(start).Seconds()
-	var wal0, ckpt0 int64
-	if err := db.QueryRow(ctx, sqlBloatCounters).Scan(&wal0, &ckpt0); err != nil {
-		return run, fmt.Errorf("wal position: %w", err)
+	wal0, ckpt0, err := bloatCounters(ctx, db)
+	if err != nil {
+		return run, err
 	}
 	day0, err := bloatDay(ctx, db, 0, wal0, ckpt0)
 	if err != nil {
@@ -290,13 +290,31 @@ func setTableOptions(ctx context.Context, db *pgxpool.Pool, opts string) error {
 	return nil
 }
 
-// sqlBloatCounters reads the WAL position and the checkpoints begun.
-const sqlBloatCounters = `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8,
-  (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)`
+// bloatCounters reads the WAL position and how many checkpoints began:
+// from pg_stat_checkpointer from PostgreSQL 17 on, which took them out of
+// pg_stat_bgwriter.
+func bloatCounters(ctx context.Context, db *pgxpool.Pool) (wal, checkpoints int64, err error) {
+	var version int
+	if err := db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return 0, 0, fmt.Errorf("server version: %w", err)
+	}
+	counted := `SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`
+	if version >= 170000 {
+		counted = `SELECT num_timed + num_requested FROM pg_stat_checkpointer`
+	}
+	err = db.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8, (`+counted+`)`).Scan(&wal, &checkpoints)
+	if err != nil {
+		return 0, 0, fmt.Errorf("wal position and checkpoints: %w", err)
+	}
+	return wal, checkpoints, nil
+}
 
 // bloatInserter inserts claims and outbox rows at the seeded week's rate,
 // numbered on from the seeded ones (the seeding's statements, one step
-// at a time).
+// at a time), and publishes the outbox rows as the relay does: inserted
+// unpublished, then updated, so that each leaves a dead version behind
+// (published_at is in the unpublished index's predicate: the update is
+// never HOT).
 type bloatInserter struct {
 	db             *pgxpool.Pool
 	plan           seedPlan
@@ -313,7 +331,7 @@ func (b *bloatInserter) upTo(ctx context.Context, at time.Time) error {
 		n      int64
 		next   *int64
 		orders int64
-	}{{seedClaimsSQL, b.plan.Claims, &b.claims, b.plan.Orders}, {seedOutboxSQL, b.plan.Outbox, &b.outbox, b.plan.Orders}} {
+	}{{seedClaimsSQL, b.plan.Claims, &b.claims, b.plan.Orders}, {bloatOutboxSQL, b.plan.Outbox, &b.outbox, b.plan.Orders}} {
 		due := t.n + int64(frac*float64(t.n))
 		if due <= *t.next {
 			continue
@@ -324,15 +342,32 @@ func (b *bloatInserter) upTo(ctx context.Context, at time.Time) error {
 		}
 		*t.next = due
 	}
+	if _, err := b.db.Exec(ctx, sqlBloatPublish); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
 	return nil
 }
+
+// bloatOutboxSQL is the seeding's outbox statement with the rows left
+// unpublished.
+var bloatOutboxSQL = func() string {
+	const published = "o.at + interval '30 milliseconds'"
+	if !strings.Contains(seedOutboxSQL, published) {
+		panic("bench: the outbox seeding no longer stamps published_at as " + published)
+	}
+	return strings.Replace(seedOutboxSQL, published, "NULL::timestamptz", 1)
+}()
+
+// sqlBloatPublish publishes what bloatOutboxSQL inserted, 30 ms after its
+// creation as the seeded rows were, by the relay's index.
+const sqlBloatPublish = `UPDATE outbox SET published_at = created_at + interval '30 milliseconds' WHERE published_at IS NULL`
 
 // bloatDay reads the tables' sizes, rows and autovacuums.
 func bloatDay(ctx context.Context, db *pgxpool.Pool, day int, wal0, ckpt0 int64) (BloatDay, error) {
 	d := BloatDay{Day: day}
-	var wal, ckpt int64
-	if err := db.QueryRow(ctx, sqlBloatCounters).Scan(&wal, &ckpt); err != nil {
-		return d, fmt.Errorf("wal position: %w", err)
+	wal, ckpt, err := bloatCounters(ctx, db)
+	if err != nil {
+		return d, err
 	}
 	d.WALMiB, d.Checkpoints = float64(wal-wal0)/(1<<20), ckpt-ckpt0
 	for _, t := range bloatTables {
