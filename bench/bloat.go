@@ -42,7 +42,7 @@ import (
 // BloatConfig configures RunBloat.
 type BloatConfig struct {
 	// Claims is the week of claims kept (default 1,000,000); the outbox
-	// keeps OutboxPerClaim of that, as a week of traffic leaves it.
+	// keeps bloatOutboxPerClaim of that, as a week of traffic leaves it.
 	Claims int64
 	// Week is the wall time a simulated week takes (default 3m30s: a day
 	// every 30 s).
@@ -243,7 +243,7 @@ func bloatRun(ctx context.Context, cfg BloatConfig, rep *BloatReport, v BloatVar
 		store.RunRetention(rctx, durable.RetentionConfig{Interval: max(cfg.Week/7/1440, 20*time.Millisecond),
 			OnError: func(err error) {
 				rep.mu.Lock()
-				rep.Errors = append(rep.Errors, err.Error())
+				rep.Errors = append(rep.Errors, v.Name+": "+err.Error())
 				rep.mu.Unlock()
 			}})
 	}()

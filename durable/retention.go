@@ -74,14 +74,14 @@ type RetentionConfig struct {
 	// CheckpointShare is the share of the checkpoints' WAL rate that the
 	// catch-up's deletes may write (default 0.25). That rate is what the
 	// server may write a second before a checkpoint comes by WAL rather
-	// than by checkpoint_timeout: max_wal_size/(1+checkpoint_completion_
-	// target) over checkpoint_timeout, read at each cycle's start (1 GB,
-	// 0.9 and 5 min, the server's defaults: 1.9 MB a second). Each
-	// checkpoint brings a burst of full-page writes and a flush of
-	// everything dirtied, which the callbacks pay for; a backlog, however
-	// large, then adds at most this share of the WAL that brings one
-	// sooner (vacuuming the rows it deleted writes more, later). Each
-	// table's catch-up is lowered below CatchUpRate where its deletes'
+	// than by checkpoint_timeout, read at each cycle's start:
+	// max_wal_size / (1 + checkpoint_completion_target) over
+	// checkpoint_timeout (1 GB, 0.9 and 5 min, the server's defaults:
+	// 1.9 MiB a second). Each checkpoint brings a burst of full-page
+	// writes and a flush of everything dirtied, which the callbacks pay
+	// for; a backlog, however large, then adds at most this share of the
+	// WAL that brings one sooner (vacuuming the rows it deleted writes
+	// more, later). Each table's catch-up is lowered below CatchUpRate where its deletes'
 	// WAL, measured around each batch, would pass its even part of the
 	// share; the WAL other sessions write meanwhile is counted too, so the
 	// measure errs high and the catch-up low. The rows that keep up with
