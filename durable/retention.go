@@ -77,7 +77,7 @@ type RetentionConfig struct {
 	// than by checkpoint_timeout, read at each cycle's start:
 	// max_wal_size / (1 + checkpoint_completion_target) over
 	// checkpoint_timeout (1 GB, 0.9 and 5 min, the server's defaults:
-	// 1.9 MiB a second). Each checkpoint brings a burst of full-page
+	// 1.8 MiB a second). Each checkpoint brings a burst of full-page
 	// writes and a flush of everything dirtied, which the callbacks pay
 	// for; a backlog, however large, then adds at most this share of the
 	// WAL that brings one sooner (vacuuming the rows it deleted writes
