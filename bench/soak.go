@@ -88,6 +88,9 @@ type SoakReport struct {
 	P99First   float64 `json:"p99_first_ms"`
 	P99Last    float64 `json:"p99_last_ms"`
 	P99Ratio   float64 `json:"p99_ratio"`
+	// CheckpointWindows are the p99 inside each checkpoint the soak ran
+	// through, for comparing like with like.
+	CheckpointWindows []CheckpointWindow `json:"checkpoint_windows,omitempty"`
 	// RSSGrowth is each process's resident memory at the end over its
 	// memory at Warmup, each the median of a minute's samples (target at
 	// most 1.10).
@@ -276,6 +279,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	rep.P99Minutes = float64(window) * cfg.Slice.Minutes()
 	var firstLat []time.Duration
 	lastLat := make([][]time.Duration, 0, window) // the latest slices', a window's worth
+	var allLat [][]time.Duration                  // every slice's, for CheckpointWindows
 	for i := range slices {
 		if ctx.Err() != nil {
 			break
@@ -306,6 +310,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		for j, p := range row.Points {
 			lat[j] = p.Latency
 		}
+		allLat = append(allLat, lat)
 		if i < window {
 			firstLat = append(firstLat, lat...)
 		}
@@ -316,6 +321,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		say("soak: %5.0f s  %6.0f req/s  p50 %6.2f ms  p99 %7.2f ms  max %7.2f ms  not 200: %d  edged %.0f MiB  redis %.0f MiB",
 			at.Seconds(), row.ReqPerSec, millis(row.Lat.P50), millis(row.Lat.P99), millis(row.Lat.Max), non200, rep.last().EdgedMiB, rep.last().RedisMiB)
 	}
+	soakEnd := time.Since(start).Seconds()
 	stopSampling()
 	<-sampled
 	rep.LoadAvgAfter = loadAvg()
@@ -323,6 +329,11 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	var lerr, eerr error
 	rep.CallbackLockWaits, rep.OtherLockWaits, lerr = lockWaits(pgLog, logFrom)
 	rep.Events, eerr = postgresEvents(pgLog, logFrom, start)
+	starts := make([]float64, len(rep.Slices))
+	for i, sl := range rep.Slices {
+		starts[i] = sl.At
+	}
+	rep.CheckpointWindows = checkpointWindows(checkpointSpans(rep.Events, soakEnd), starts, cfg.Slice, allLat)
 	if len(rep.CallbackLockWaits) > 0 {
 		lerr = errors.Join(lerr, fmt.Errorf("soak: %d callback lock waits over 50 ms", len(rep.CallbackLockWaits)))
 	}
@@ -711,6 +722,9 @@ func (r *SoakReport) Table() string {
 	}
 	fmt.Fprintf(&b, "\np99 of every request in the first %.1f minutes %.2f ms, in the last %.1f minutes %.2f ms: ratio %.2f (target <= 1.2: %s)\n",
 		r.P99Minutes, r.P99First, r.P99Minutes, r.P99Last, r.P99Ratio, met(r.P99Ratio > 0 && r.P99Ratio <= 1.2))
+	for _, w := range r.CheckpointWindows {
+		fmt.Fprintf(&b, "p99 inside the checkpoint from %.0f to %.0f s (%d whole slices): %.2f ms\n", w.Start, w.End, w.Slices, w.P99)
+	}
 	grew := true
 	for _, p := range []string{"edged", "shipper", "forwarder"} {
 		g, ok := r.RSSGrowth[p]
