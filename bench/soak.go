@@ -277,9 +277,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	tallies := make([]*tally, slices)
 	window := p99Window(slices, cfg.Slice)
 	rep.P99Minutes = float64(window) * cfg.Slice.Minutes()
-	var firstLat []time.Duration
-	lastLat := make([][]time.Duration, 0, window) // the latest slices', a window's worth
-	var allLat [][]time.Duration                  // every slice's, for CheckpointWindows
+	var allLat [][]time.Duration // every slice's latencies
 	for i := range slices {
 		if ctx.Err() != nil {
 			break
@@ -311,13 +309,6 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 			lat[j] = p.Latency
 		}
 		allLat = append(allLat, lat)
-		if i < window {
-			firstLat = append(firstLat, lat...)
-		}
-		if len(lastLat) == window {
-			lastLat = append(lastLat[:0], lastLat[1:]...)
-		}
-		lastLat = append(lastLat, lat)
 		say("soak: %5.0f s  %6.0f req/s  p50 %6.2f ms  p99 %7.2f ms  max %7.2f ms  not 200: %d  edged %.0f MiB  redis %.0f MiB",
 			at.Seconds(), row.ReqPerSec, millis(row.Lat.P50), millis(row.Lat.P99), millis(row.Lat.Max), non200, rep.last().EdgedMiB, rep.last().RedisMiB)
 	}
@@ -338,12 +329,15 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		lerr = errors.Join(lerr, fmt.Errorf("soak: %d callback lock waits over 50 ms", len(rep.CallbackLockWaits)))
 	}
 	err = errors.Join(err, lerr, eerr)
-	rep.P99First = millis(percentilesOf(firstLat).P99)
-	var last []time.Duration
-	for _, l := range lastLat {
-		last = append(last, l...)
+	pooled := func(ls [][]time.Duration) []time.Duration {
+		var out []time.Duration
+		for _, l := range ls {
+			out = append(out, l...)
+		}
+		return out
 	}
-	rep.P99Last = millis(percentilesOf(last).P99)
+	rep.P99First = millis(percentilesOf(pooled(allLat[:min(window, len(allLat))])).P99)
+	rep.P99Last = millis(percentilesOf(pooled(allLat[max(len(allLat)-window, 0):])).P99)
 	rep.summarize(cfg)
 	if cfg.Out != "" {
 		if werr := writeSoak(cfg.Out, rep); werr != nil && err == nil {
