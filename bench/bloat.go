@@ -81,10 +81,10 @@ var BloatVariants = []BloatVariant{
 	{Name: "vacuum at 2 %", TableOptions: "autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 10000"},
 }
 
-// bloatSettings are the server's settings in every variant: grownSettings
-// (the WAL and checkpoint room a week of data is run with), and the
-// autovacuum launcher's nap at its floor (a minute of the simulated day is
-// far less).
+// bloatSettings are the server's settings in every variant: grownSettings'
+// WAL and checkpoint room (a week of data is run with it), buffers for
+// these smaller tables, and the autovacuum launcher's nap at its floor (a
+// minute of the simulated day is far less).
 var bloatSettings = []string{"shared_buffers=1GB", "max_wal_size=8GB", "checkpoint_timeout=15min", "autovacuum_naptime=1s"}
 
 // bloatTables are the tables the bench measures.

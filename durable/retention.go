@@ -392,12 +392,11 @@ type retentionWalk struct {
 // never two batches closer than MinPause or than the previous batch took.
 // perRow carries each table's WAL per deleted row from cycle to cycle.
 func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, perRow map[string]float64) (RetentionCycle, error) {
-	var now time.Time
-	var maxWALMB, timeoutSec, completion float64
-	if err := conn.QueryRow(ctx, sqlCycleStart).Scan(&now, &maxWALMB, &timeoutSec, &completion); err != nil {
+	now, walRate, err := readCycleStart(ctx, conn)
+	if err != nil {
 		return RetentionCycle{}, wrap(ctx, "retention: read the clock and the checkpoint settings", err)
 	}
-	walCap := cfg.CheckpointShare * checkpointWALRate(maxWALMB, timeoutSec, completion)
+	walCap := cfg.CheckpointShare * walRate
 	start := time.Now()
 	walks := make([]*retentionWalk, len(retentionPlan))
 	for i, t := range retentionPlan {
@@ -453,6 +452,17 @@ const sqlCycleStart = `SELECT now(),
   coalesce((SELECT setting::float8 FROM pg_settings WHERE name = 'max_wal_size'), 0),
   coalesce((SELECT setting::float8 FROM pg_settings WHERE name = 'checkpoint_timeout'), 0),
   coalesce((SELECT setting::float8 FROM pg_settings WHERE name = 'checkpoint_completion_target'), 0)`
+
+// readCycleStart reads the server's clock and the checkpoints' WAL rate
+// (checkpointWALRate of its settings).
+func readCycleStart(ctx context.Context, q rowQuerier) (time.Time, float64, error) {
+	var now time.Time
+	var maxWALMB, timeoutSec, completion float64
+	if err := q.QueryRow(ctx, sqlCycleStart).Scan(&now, &maxWALMB, &timeoutSec, &completion); err != nil {
+		return time.Time{}, 0, err
+	}
+	return now, checkpointWALRate(maxWALMB, timeoutSec, completion), nil
+}
 
 // sqlWALPosition is the server's WAL insert position, in bytes.
 const sqlWALPosition = `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8`

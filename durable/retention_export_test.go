@@ -123,10 +123,6 @@ func WithRetentionSleep(cfg RetentionConfig, sleep func(context.Context, time.Du
 // CheckpointWALRate reads the server's checkpoint WAL rate, in bytes a
 // second, as a retention cycle does at its start.
 func CheckpointWALRate(ctx context.Context, s *Store) (float64, error) {
-	var now time.Time
-	var maxWALMB, timeoutSec, completion float64
-	if err := s.pool.QueryRow(ctx, sqlCycleStart).Scan(&now, &maxWALMB, &timeoutSec, &completion); err != nil {
-		return 0, err
-	}
-	return checkpointWALRate(maxWALMB, timeoutSec, completion), nil
+	_, rate, err := readCycleStart(ctx, s.pool)
+	return rate, err
 }
