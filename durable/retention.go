@@ -83,9 +83,11 @@ type RetentionConfig struct {
 	// WAL that brings one sooner (vacuuming the rows it deleted writes
 	// more, later). Each table's catch-up is lowered below CatchUpRate where its deletes'
 	// WAL, measured around each batch, would pass its even part of the
-	// share; the WAL other sessions write meanwhile is counted too, so the
-	// measure errs high and the catch-up low. The rows that keep up with
-	// the inserts are never held back.
+	// share. The WAL other sessions write meanwhile is not charged: their
+	// rate is read between batches, when retention writes none, and
+	// subtracted (an estimate, which errs low on a busy machine; where it
+	// hides a table's own WAL, that table's catch-up is CatchUpRate). The
+	// rows that keep up with the inserts are never held back.
 	CheckpointShare float64
 	// MinPause separates any two batches (default 10ms); so does the
 	// previous batch's own duration, if longer: retention's session is
@@ -128,9 +130,13 @@ type RetentionCycle struct {
 	Deleted map[string]int64
 	// Took is the cycle's duration, pauses included.
 	Took time.Duration
-	// WAL is the WAL written while the cycle's batches ran, in bytes:
-	// theirs, and whatever other sessions wrote meanwhile.
+	// WAL is the WAL the cycle's batches wrote, in bytes: the server's
+	// WAL position's moves while they ran, less OthersWAL (each batch's at
+	// least 0).
 	WAL int64
+	// OthersWAL is what other sessions wrote while the batches ran, in
+	// bytes, at the rate they wrote between batches.
+	OthersWAL int64
 }
 
 // retentionLockID is retention's own advisory lock, apart from the relay's
@@ -344,11 +350,13 @@ var retentionPlanner = map[string]string{
 
 // retain runs cycles on the lock's connection until an error or ctx ends.
 func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) error {
-	// Each table's WAL per deleted row, carried from cycle to cycle.
-	perRow := make(map[string]float64, len(retentionPlan))
+	// Each table's WAL per deleted row, and the other sessions' WAL rate,
+	// carried from cycle to cycle.
+	perRow := make(map[string]walPerRow, len(retentionPlan))
+	var meter walMeter
 	for {
 		start := time.Now()
-		cycle, err := s.retentionCycle(ctx, conn, cfg, perRow)
+		cycle, err := s.retentionCycle(ctx, conn, cfg, perRow, &meter)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -380,9 +388,9 @@ type retentionWalk struct {
 	newest time.Time
 	sched  retentionSchedule
 	done   bool
-	// walPerRow is the WAL a deleted row of the table writes, in bytes: a
-	// moving average over its batches (0 before the first).
-	walPerRow float64
+	// walPerRow is the WAL a deleted row of the table writes, over its
+	// batches.
+	walPerRow walPerRow
 }
 
 // retentionCycle works every table off, from one reading of the server's
@@ -390,8 +398,9 @@ type retentionWalk struct {
 // settings: the tables side by side, each batch run when its table is due
 // (retentionBudget, with a catch-up its WAL allows: catchUpRate), and
 // never two batches closer than MinPause or than the previous batch took.
-// perRow carries each table's WAL per deleted row from cycle to cycle.
-func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, perRow map[string]float64) (RetentionCycle, error) {
+// perRow carries each table's WAL per deleted row from cycle to cycle, and
+// meter the other sessions' WAL rate.
+func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, perRow map[string]walPerRow, meter *walMeter) (RetentionCycle, error) {
 	now, walRate, err := readCycleStart(ctx, conn)
 	if err != nil {
 		return RetentionCycle{}, wrap(ctx, "retention: read the clock and the checkpoint settings", err)
@@ -424,7 +433,7 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 			return cycle, ctx.Err()
 		}
 		began := time.Now()
-		b, err := s.retentionBatch(ctx, conn, cfg, w, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow, walking))
+		b, err := s.retentionBatch(ctx, conn, cfg, w, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow.bytes(), walking), meter)
 		if err != nil {
 			return cycle, wrap(ctx, "retention: delete from "+w.table.name, err)
 		}
@@ -433,9 +442,10 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		// callbacks come first. Where the database cannot give retention
 		// what ages out, the tables grow and the oldest row's age says so.
 		ready = time.Now().Add(max(cfg.MinPause, time.Since(began)))
-		cycle.WAL += b.wal
+		cycle.WAL += max(b.wal, 0)
+		cycle.OthersWAL += b.others
 		if b.n > 0 {
-			w.walPerRow = movingWALPerRow(w.walPerRow, b.wal, b.n)
+			w.walPerRow.add(b.wal, b.n)
 			perRow[w.table.name] = w.walPerRow
 			cycle.Deleted[w.table.name] += b.n
 			if cfg.OnDeleted != nil {
@@ -471,20 +481,22 @@ const sqlWALPosition = `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::in
 type retentionBatchResult struct {
 	// n is how many rows it deleted.
 	n int64
-	// wal is the WAL written while it ran, in bytes (others' included).
-	wal int64
+	// wal is the WAL it wrote, in bytes, and others what other sessions
+	// wrote while it ran (walMeter's estimates: wal may be below zero).
+	wal, others int64
 }
 
 // retentionBatch runs w's next batch, moves w on past it (its cursor, its
 // schedule at the insert rate plus catchUp, done once nothing old enough
-// is left), and returns what it did.
-func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk, catchUp float64) (retentionBatchResult, error) {
+// is left), and returns what it did, its WAL told from others' by meter.
+func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk, catchUp float64, meter *walMeter) (retentionBatchResult, error) {
 	var r retentionBatchResult
 	began := time.Now()
 	var walBefore, walAfter int64
 	if err := conn.QueryRow(ctx, sqlWALPosition).Scan(&walBefore); err != nil {
 		return r, err
 	}
+	walFrom := time.Now()
 	var oldest, newest pgtype.Timestamptz
 	if w.table.byID {
 		var read int64
@@ -504,7 +516,7 @@ func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg Retentio
 	if err := conn.QueryRow(ctx, sqlWALPosition).Scan(&walAfter); err != nil {
 		return r, err
 	}
-	r.wal = max(walAfter-walBefore, 0)
+	r.wal, r.others = meter.batch(walBefore, walFrom, walAfter, time.Now())
 	if r.n == 0 {
 		return r, nil
 	}

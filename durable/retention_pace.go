@@ -73,18 +73,73 @@ func catchUpRate(catchUp, walCap, perRow float64, tables int) float64 {
 	return min(catchUp, walCap/float64(tables)/perRow)
 }
 
-// movingWALPerRow folds a batch's WAL per row (wal bytes for n rows) into
-// the table's moving average avg (0: none yet), weighing the batch 0.3:
-// a few batches follow a change (full-page images after a checkpoint),
-// one odd batch (another session's burst of WAL meanwhile) moves it
-// little.
-func movingWALPerRow(avg float64, wal, n int64) float64 {
+// walPerRow is a table's WAL per deleted row: its batches' WAL and rows,
+// each batch's weight decaying by 0.7 a batch, so that a few batches
+// follow a change (full-page images after a checkpoint) and one odd batch
+// moves it little. A batch's WAL is walMeter's estimate and may come out
+// below zero where other sessions' WAL hides it; it is summed as it is,
+// so that such batches pull the figure down no more and no less than
+// their error.
+type walPerRow struct{ wal, rows float64 }
+
+// add folds in a batch that wrote wal bytes deleting n rows.
+func (p *walPerRow) add(wal, n int64) {
 	if n <= 0 {
-		return avg
+		return
 	}
-	v := float64(max(wal, 0)) / float64(n)
-	if avg <= 0 {
-		return v
+	p.wal = 0.7*p.wal + float64(wal)
+	p.rows = 0.7*p.rows + float64(n)
+}
+
+// bytes is the WAL per row: 0, none to go by, before the first batch or
+// while other sessions' WAL hides the table's own.
+func (p walPerRow) bytes() float64 {
+	if p.rows <= 0 || p.wal <= 0 {
+		return 0
 	}
-	return 0.7*avg + 0.3*v
+	return p.wal / p.rows
+}
+
+// walMeter tells a retention batch's own WAL from other sessions'. The
+// server's WAL position moves with every session's writes, the callbacks'
+// above all; charged to retention, they would hold its catch-up lowest
+// when the callbacks are busiest, though no checkpoint comes sooner on
+// retention's account. Between two batches retention's session writes
+// nothing, so what the position moves by then is the others' rate, and a
+// batch is charged its move less that rate over the batch's own time.
+// It is an estimate: on a busy machine the others write more in the gaps
+// than beside a batch that takes a core, so it errs low there, where
+// charging their whole WAL erred high by all of it.
+type walMeter struct {
+	// pos is the position after the previous batch, read at at (zero
+	// before the first batch).
+	pos int64
+	at  time.Time
+	// bytes and secs are the other sessions' WAL and the time they wrote
+	// it in, over the gaps between batches, each gap's weight decaying by
+	// 0.7 a gap: their ratio is the others' rate, in which a long gap
+	// counts for more than a short one.
+	bytes, secs float64
+}
+
+// walMeterMinGap is the shortest gap the meter learns from: over less, a
+// single commit's WAL would read as a rate. Batches are at least MinPause
+// (default 10ms) apart.
+const walMeterMinGap = 5 * time.Millisecond
+
+// batch takes the WAL positions read before a batch (before, at from) and
+// after it (after, at to), and returns the WAL the batch wrote (below
+// zero where the estimate of the others' overshoots) and the other
+// sessions' WAL it was not charged. A leader's first batch, with no gap
+// before it to learn from, is charged the whole move.
+func (m *walMeter) batch(before int64, from time.Time, after int64, to time.Time) (own, others int64) {
+	if gap := from.Sub(m.at); !m.at.IsZero() && gap >= walMeterMinGap {
+		m.bytes = 0.7*m.bytes + float64(max(before-m.pos, 0))
+		m.secs = 0.7*m.secs + gap.Seconds()
+	}
+	m.pos, m.at = after, to
+	if m.secs > 0 {
+		others = int64(m.bytes / m.secs * max(to.Sub(from), 0).Seconds())
+	}
+	return max(after-before, 0) - others, others
 }

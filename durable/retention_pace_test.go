@@ -82,7 +82,8 @@ func TestCatchUpRate(t *testing.T) {
 }
 
 // The checkpoints' WAL rate is max_wal_size/(1+completion) over the
-// timeout; a table's WAL per row is a moving average of its batches'.
+// timeout; a table's WAL per row is its recent batches' WAL over their
+// rows.
 func TestCheckpointWALPace(t *testing.T) {
 	// The server's defaults: 1 GB, 5 min, 0.9.
 	if got, want := checkpointWALRate(1024, 300, 0.9), 1024.0*(1<<20)/1.9/300; math.Abs(got-want) > 1e-6 {
@@ -91,18 +92,63 @@ func TestCheckpointWALPace(t *testing.T) {
 	if got := checkpointWALRate(0, 300, 0.9); got != 0 {
 		t.Errorf("checkpointWALRate with no max_wal_size = %v, want 0 (no cap)", got)
 	}
-	for _, c := range []struct {
-		name   string
-		avg    float64
-		wal, n int64
-		want   float64
-	}{
-		{"first batch", 0, 400_000, 1000, 400},
-		{"later batch", 400, 200_000, 1000, 0.7*400 + 0.3*200},
-		{"no rows", 400, 5000, 0, 400},
-	} {
-		if got := movingWALPerRow(c.avg, c.wal, c.n); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("%s: movingWALPerRow(%v, %d, %d) = %v, want %v", c.name, c.avg, c.wal, c.n, got, c.want)
-		}
+	// WAL per row: the batches' WAL over their rows, each batch weighing
+	// 0.7 of the one after it.
+	var p walPerRow
+	if got := p.bytes(); got != 0 {
+		t.Errorf("no batch yet: %v bytes a row, want 0 (none to go by)", got)
+	}
+	p.add(400_000, 1000)
+	if got := p.bytes(); math.Abs(got-400) > 1e-9 {
+		t.Errorf("one batch: %v bytes a row, want 400", got)
+	}
+	p.add(200_000, 1000)
+	if got, want := p.bytes(), (0.7*400_000+200_000)/(0.7*1000+1000); math.Abs(got-want) > 1e-9 {
+		t.Errorf("two batches: %v bytes a row, want %v", got, want)
+	}
+	p.add(5000, 0) // no rows: nothing to fold in
+	// An estimate below zero pulls the figure down by as much.
+	p.add(-200_000, 1000)
+	if got, want := p.bytes(), (0.7*(0.7*400_000+200_000)-200_000)/(0.7*(0.7*1000+1000)+1000); math.Abs(got-want) > 1e-9 {
+		t.Errorf("a batch below zero: %v bytes a row, want %v", got, want)
+	}
+	var hidden walPerRow
+	hidden.add(-1000, 1000)
+	if got := hidden.bytes(); got != 0 {
+		t.Errorf("WAL hidden by others': %v bytes a row, want 0 (none to go by)", got)
+	}
+}
+
+// A batch is charged the WAL position's move less what other sessions
+// write at the rate they wrote in the gaps before it; the first batch,
+// with no gap to learn from, is charged the whole move, and a gap too
+// short to tell a rate teaches nothing.
+func TestWALMeterLeavesOthersOut(t *testing.T) {
+	var m walMeter
+	near := func(got, want int64) bool { return got >= want-1 && got <= want+1 }
+	t0 := time.Unix(1_000_000, 0)
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	// The first batch: 10 ms, 150,000 bytes, others unknown.
+	if own, others := m.batch(0, at(0), 150_000, at(10)); !near(own, 150_000) || others != 0 {
+		t.Errorf("first batch: own %d, others %d; want 150000 and 0", own, others)
+	}
+	// 1 ms apart, others wrote 500,000 bytes (one commit): too short a
+	// gap to learn from, so the next batch is charged its whole move.
+	if own, others := m.batch(650_000, at(11), 700_000, at(21)); !near(own, 50_000) || others != 0 {
+		t.Errorf("after a short gap: own %d, others %d; want 50000 and 0", own, others)
+	}
+	// 100 ms apart, others wrote 1,000,000 bytes: 10 MB a second. A
+	// 10 ms batch moving the position 150,000 wrote 50,000 of it.
+	if own, others := m.batch(1_700_000, at(121), 1_850_000, at(131)); !near(own, 50_000) || !near(others, 100_000) {
+		t.Errorf("after a long gap: own %d, others %d; want 50000 and 100000", own, others)
+	}
+	// 300 ms apart at 2 MB a second: the rate is the gaps' bytes over
+	// their seconds, the older gap's weighing 0.7, so the longer gap
+	// counts for more: (0.7*1e6 + 6e5)/(0.07 + 0.3) = 3.51 MB a second.
+	// A 10 ms batch that moved the position less than that is charged
+	// below zero.
+	rate := (0.7*1e6 + 6e5) / (0.7*0.1 + 0.3)
+	if own, others := m.batch(2_450_000, at(431), 2_470_000, at(441)); !near(others, int64(rate*0.01)) || !near(own, 20_000-int64(rate*0.01)) {
+		t.Errorf("after a second gap: own %d, others %d; want %d and %d", own, others, 20_000-int64(rate*0.01), int64(rate*0.01))
 	}
 }

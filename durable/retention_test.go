@@ -693,6 +693,9 @@ func TestRetentionSessionWalksIndexes(t *testing.T) {
 func TestRetentionCatchUpKeepsToItsWALShare(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
+	// No other session's WAL meanwhile, autovacuum's included: what the
+	// cap is held to here is the deletes' own.
+	b.exec(t, `ALTER TABLE notify_claim SET (autovacuum_enabled = false)`)
 	rate, err := durable.CheckpointWALRate(ctx, b.store)
 	if err != nil {
 		t.Fatal(err)
@@ -761,5 +764,69 @@ func TestRetentionCatchUpKeepsToItsWALShare(t *testing.T) {
 				t.Errorf("%s: the longest wait was %v, want at most the insert rate's %v", c.name, got, 5*time.Second)
 			}
 		}
+	}
+}
+
+// A batch is charged its own WAL only: another session writing fast while
+// a cycle runs, as callbacks do, is left out of the deletes' WAL per row,
+// which would otherwise hold the catch-up lowest when the callbacks are
+// busiest. The writer's rate is read in the pauses between batches, so the
+// batches here are kept MinPause apart for real (the waits are short).
+func TestRetentionChargesOnlyItsOwnWAL(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.exec(t, `CREATE TABLE wal_noise (v text)`)
+	const rows = 5000
+	cfg := testRetention()
+	cfg.Batch = 100
+	cfg.MinPause = 20 * time.Millisecond
+	cfg.CatchUpRate = 1e9
+	cfg.CheckpointShare = 1e9 // no cap: the WAL is measured, not obeyed
+	cycle := func() durable.RetentionCycle {
+		b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+			SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' - g * interval '1 second'
+			  FROM generate_series(1, $1::int) g`, rows)
+		c := retentionCycle(t, b.store, cfg)
+		if c.Deleted[durable.TableClaim] != rows {
+			t.Fatalf("deleted %v, want %d claims", c.Deleted, rows)
+		}
+		return c
+	}
+	quiet := cycle()
+
+	// About 21 KB of WAL a statement, back to back, until the test ends.
+	nctx, stopNoise := context.WithCancel(ctx)
+	var noise sync.WaitGroup
+	var noiseErr error
+	noise.Add(1)
+	go func() {
+		defer noise.Done()
+		for nctx.Err() == nil {
+			if _, err := b.db.Exec(nctx, `INSERT INTO wal_noise SELECT repeat(md5(g::text), 32) FROM generate_series(1, 20) g`); err != nil && nctx.Err() == nil {
+				noiseErr = err
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { stopNoise(); noise.Wait() })
+	if !wait.Within(10*time.Second, func() bool { return b.count(t, `SELECT count(*) FROM wal_noise`) > 0 }) {
+		t.Fatal("the writer wrote nothing within 10s")
+	}
+	noisy := cycle()
+	stopNoise()
+	noise.Wait()
+	if noiseErr != nil {
+		t.Fatalf("the writer: %v", noiseErr)
+	}
+
+	quietPer, noisyPer, othersPer := float64(quiet.WAL)/rows, float64(noisy.WAL)/rows, float64(noisy.OthersWAL)/rows
+	t.Logf("WAL a claim: %.0f bytes alone, %.0f beside the writer, which wrote %.0f a claim meanwhile", quietPer, noisyPer, othersPer)
+	// With less of the writer's WAL to leave out than retention's own,
+	// the test shows nothing; with none, nothing was left out.
+	if othersPer < quietPer {
+		t.Fatalf("the writer's WAL left out was %.0f bytes a claim, against retention's %.0f alone", othersPer, quietPer)
+	}
+	if noisyPer > 3*quietPer || noisyPer < quietPer/3 {
+		t.Errorf("beside the writer, a claim was charged %.0f bytes of WAL, against %.0f alone", noisyPer, quietPer)
 	}
 }
