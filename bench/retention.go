@@ -60,10 +60,12 @@ type RetentionFigures struct {
 	// (measured here when the "first" row did not run).
 	FirstPeak float64 `json:"first_peak_req_per_sec"`
 	// P99Without and P99With are the rows' p99 in ms; Ratio is With over
-	// Without (target at most 1.2).
+	// Without, whose target is Target (1.2 over a backlog on small tables,
+	// 1.5 over a grown week's day).
 	P99Without float64 `json:"p99_without_ms"`
 	P99With    float64 `json:"p99_with_ms"`
 	Ratio      float64 `json:"p99_ratio"`
+	Target     float64 `json:"p99_ratio_target"`
 	// DeleteSeconds is how long the leader's first cycle took to delete the
 	// backlog (from the start of the second attack), DeletedInAttack how many
 	// of them it deleted while the second attack ran.
@@ -402,6 +404,10 @@ func (e *env) retentionFigures(rep *Report, before string) *RetentionFigures {
 		return nil
 	}
 	f := r.figures
+	f.Target = 1.2
+	if before == grownRetentionOff {
+		f.Target = 1.5
+	}
 	if b, d := rep.find(r.before), rep.find(r.during); b != nil && d != nil {
 		f.P99Without, f.P99With = millis(b.Lat.P99), millis(d.Lat.P99)
 		f.P99BySecondWithout, f.P99BySecondWith = p99BySecond(b.Points), p99BySecond(d.Points)
@@ -459,8 +465,8 @@ func (f *RetentionFigures) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nRetention: %d expired claims (seeded, vacuumed, checkpointed in %.1f s); load average before the attacks %s, after %s\n",
 		f.Backlog, f.SeedSeconds, f.LoadAvgBefore, f.LoadAvgAfter)
-	fmt.Fprintf(&b, "  first deliveries at half the \"first\" peak (%.0f req/s): p99 %.2f ms without retention, %.2f ms while it deletes: ratio %.2f (target <= 1.2)\n",
-		f.FirstPeak, f.P99Without, f.P99With, f.Ratio)
+	fmt.Fprintf(&b, "  first deliveries at half the \"first\" peak (%.0f req/s): p99 %.2f ms without retention, %.2f ms while it deletes: ratio %.2f (target <= %.1f)\n",
+		f.FirstPeak, f.P99Without, f.P99With, f.Ratio, f.Target)
 	fmt.Fprintf(&b, "  backlog deleted in %.1f s (%d batches; %d rows during the attack, which began %+.1f s after the first); the first cycle deleted %v\n",
 		f.DeleteSeconds, f.Batches, f.DeletedInAttack, f.SecondAttackAt, f.Deleted)
 	fmt.Fprintf(&b, "  WAL written: %.1f MiB/s without retention, %.1f MiB/s while it deletes (vacuum included)\n", f.WALWithout, f.WALWith)

@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
+	"github.com/notifyedge/notifyedge/bench/procstat"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
@@ -32,13 +33,22 @@ import (
 
 // The soak: edged, the shipper and the forwarder as operators run them (the
 // built binaries; edged's leaders run the outbox relay and retention), at
-// half the closed-loop peak of first deliveries for an hour, over tables
+// half the closed-loop peak of first deliveries for an hour after a
+// lead-in at the same rate (SoakConfig.LeadIn), over tables
 // where claims and outbox rows cross the 168 h retention at the rate
 // callbacks arrive, so that retention deletes as fast as callbacks insert,
 // as in any week after the first. Every Sample it reads the processes'
 // resident memory, the cache Redis's memory and the backlogs; every Slice
 // is one open-loop attack on orders of its own, whose latency is a point
 // of the series and whose answers the invariants check at the end.
+
+// soakCheckpointTimeout is the soak's checkpoint_timeout: the server's
+// default, not the grown runs' 15 minutes, so that each ten-minute window
+// whose p99 the soak compares holds two whole checkpoint cycles. With 15,
+// the first ten minutes and the last fall at different points of the
+// cycle, and a checkpoint's writes and the full-page images after its
+// start cost the callbacks more than the minutes between checkpoints.
+const soakCheckpointTimeout = 5 * time.Minute
 
 // SoakConfig configures RunSoak.
 type SoakConfig struct {
@@ -49,6 +59,12 @@ type SoakConfig struct {
 	// (default 10s), Warmup after which resident memory must stay flat
 	// (default 10m).
 	Duration, Slice, Sample, Warmup time.Duration
+	// LeadIn is the soak's rate run before Duration begins and outside its
+	// figures (default two checkpoint cycles, 10m; negative: none), so
+	// that the hour begins as it goes on: checkpoints on their timeout's
+	// cycle, the first one after the seeding's behind it, retention
+	// deleting.
+	LeadIn time.Duration
 	// Share is the rate as a share of the closed-loop peak (default 0.5);
 	// Workers the closed-loop concurrency that measures it (default 64).
 	Share   float64
@@ -69,13 +85,22 @@ type SoakConfig struct {
 type SoakReport struct {
 	When time.Time `json:"when"`
 	// TableOptions are SoakConfig's, set on the tables.
-	TableOptions  string `json:"table_options,omitempty"`
-	Machine       string `json:"machine"`
-	LoadAvgBefore string `json:"loadavg_before"`
-	LoadAvgAfter  string `json:"loadavg_after"`
+	TableOptions string `json:"table_options,omitempty"`
+	// Checkpoints are the server's checkpoint settings, as it reports
+	// them (SHOW).
+	Checkpoints   map[string]string `json:"checkpoint_settings"`
+	Machine       string            `json:"machine"`
+	LoadAvgBefore string            `json:"loadavg_before"`
+	LoadAvgAfter  string            `json:"loadavg_after"`
 	// Peak is the closed-loop req/s of first deliveries, Rate the soak's.
 	Peak float64 `json:"peak_req_per_sec"`
 	Rate int     `json:"rate"`
+	// LeadIn is the lead-in's length, seconds, LeadInP99 its p99, ms, and
+	// LeadInNon200 its answers other than 200: run before the soak's time
+	// 0, in none of its other figures.
+	LeadIn       float64 `json:"lead_in_s"`
+	LeadInP99    float64 `json:"lead_in_p99_ms"`
+	LeadInNon200 int     `json:"lead_in_non_200"`
 	// Seeded are the rows seeded to cross the retention during the soak.
 	Seeded      map[string]int64   `json:"seeded_rows"`
 	SeedSeconds map[string]float64 `json:"seed_seconds"`
@@ -95,8 +120,16 @@ type SoakReport struct {
 	// memory at Warmup, each the median of a minute's samples (target at
 	// most 1.10).
 	RSSGrowth map[string]float64 `json:"rss_growth"`
+	// CPUPerRequest is each process's CPU over the soak's slices, in µs
+	// per first delivery sent, and Cores the same as cores kept busy:
+	// edged, the shipper, the forwarder, Postgres (its backends and
+	// workers with it), the cache's and the stream's redis-server, the
+	// bench (the load and the receiver) and the machine as a whole: what
+	// the rate costs, and whether the machine had room for it.
+	CPUPerRequest map[string]float64 `json:"cpu_us_per_request"`
+	Cores         map[string]float64 `json:"cores_busy"`
 	// RetentionFrom is when the oldest seeded claim crossed the retention,
-	// in seconds into the soak (negative: a backlog waited at the start).
+	// in seconds into the soak (negative: before it, in the lead-in).
 	RetentionFrom float64 `json:"retention_from_s"`
 	// MaxPastRetention is, by table, the most any sample's oldest row was
 	// past its retention, in seconds (notifyedge_oldest_row_age_seconds
@@ -176,8 +209,10 @@ type soakStack struct {
 func (c *SoakConfig) defaults() {
 	if c.Quick {
 		c.Duration, c.Slice, c.Sample, c.Warmup = cmp.Or(c.Duration, 6*time.Second), cmp.Or(c.Slice, 2*time.Second), cmp.Or(c.Sample, time.Second), cmp.Or(c.Warmup, 2*time.Second)
+		c.LeadIn = cmp.Or(c.LeadIn, time.Second)
 	}
 	c.Duration, c.Slice, c.Sample, c.Warmup = cmp.Or(c.Duration, time.Hour), cmp.Or(c.Slice, time.Minute), cmp.Or(c.Sample, 10*time.Second), cmp.Or(c.Warmup, 10*time.Minute)
+	c.LeadIn = cmp.Or(c.LeadIn, 2*soakCheckpointTimeout)
 	c.Share, c.Workers = cmp.Or(c.Share, 0.5), cmp.Or(c.Workers, 64)
 }
 
@@ -199,6 +234,14 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	if err := st.start(ctx, cfg); err != nil {
 		return rep, err
 	}
+	rep.Checkpoints = map[string]string{}
+	for _, name := range []string{"checkpoint_timeout", "max_wal_size", "checkpoint_completion_target"} {
+		var v string
+		if err := st.db.QueryRow(ctx, "SHOW "+name).Scan(&v); err != nil {
+			return rep, fmt.Errorf("soak: SHOW %s: %w", name, err)
+		}
+		rep.Checkpoints[name] = v
+	}
 	stamp := time.Now().UTC().Format("150405")
 	peakPool := &pool{prefix: "P" + stamp, size: 400_000}
 	if cfg.Quick {
@@ -219,22 +262,28 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	slices := int((cfg.Duration + cfg.Slice - 1) / cfg.Slice)
 	pools := make([]*pool, slices)
 	perSlice := int(float64(rep.Rate)*cfg.Slice.Seconds()*1.3) + 1000
-	say("soak: seeding %d orders for each of %d slices ...", perSlice, slices)
+	say("soak: seeding %d orders for each of %d slices, and for the lead-in ...", perSlice, slices)
 	for i := range pools {
 		pools[i] = &pool{prefix: fmt.Sprintf("S%s%03d", stamp, i), size: int64(perSlice)}
 		if _, err := pgtemp.SeedPending(ctx, st.tg.DBURL, pools[i].prefix+"-%07d", perSlice, 1999); err != nil {
 			return rep, err
 		}
 	}
-	// Rows that cross the claim and outbox retention during the soak at
-	// its own rate, the first of them lead after the seeding began (about
-	// the seeding's own minutes: no backlog waits at the start; the soak
-	// reports when it was), the last after the soak.
+	leadIn := max(cfg.LeadIn, 0)
+	leadPool := &pool{prefix: "L" + stamp, size: int64(float64(rep.Rate)*leadIn.Seconds()*1.3) + 1000}
+	if _, err := pgtemp.SeedPending(ctx, st.tg.DBURL, leadPool.prefix+"-%07d", int(leadPool.size), 1999); err != nil {
+		return rep, err
+	}
+	// Rows that cross the claim and outbox retention during the lead-in
+	// and the soak at their rate, the first of them lead after the seeding
+	// began (about the seeding's own minutes: no backlog waits at the
+	// lead-in's start; the soak reports when it was), the last after the
+	// soak.
 	lead, tail := 3*time.Minute, 5*time.Minute
 	if cfg.Quick {
 		lead, tail = 0, 2*time.Second
 	}
-	span := cfg.Duration + tail
+	span := leadIn + cfg.Duration + tail
 	n := int64(float64(rep.Rate) * span.Seconds())
 	// As many outbox rows as the hour inserts: the peak's payments tell
 	// how many events a payment writes.
@@ -252,22 +301,31 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		return rep, err
 	}
 	// edged's retention sleeps a minute once nothing is old enough, as it
-	// found at start: restarted, its first cycle begins with the soak.
+	// found at start: restarted, its first cycle begins with the lead-in.
 	if err := st.restartEdged(ctx); err != nil {
 		return rep, err
 	}
+	// The log from here: the lead-in's checkpoints and lock waits count
+	// too, at negative times.
 	pgLog := filepath.Join(st.pg.Dir(), "postgres.log")
 	logFrom, err := fileSize(pgLog)
 	if err != nil {
 		return rep, err
 	}
-	var oldest time.Time
-	if err := st.db.QueryRow(ctx, `SELECT min(created_at) FROM notify_claim`).Scan(&oldest); err != nil {
-		return rep, fmt.Errorf("soak: oldest claim: %w", err)
+	leadTally := newTally(Channel)
+	if leadIn > 0 {
+		say("soak: the lead-in, %s at %d a second ...", leadIn, rep.Rate)
+		row := openLoop(ctx, st.tg, "soak lead-in", st.tg.URL, rep.Rate, leadIn, &firstSource{leadPool}, leadTally, nil)
+		rep.LeadIn, rep.LeadInP99 = leadIn.Seconds(), millis(row.Lat.P99)
+		rep.LeadInNon200, _ = answers(row)
+		say("soak: lead-in %6.0f req/s  p50 %6.2f ms  p99 %7.2f ms  max %7.2f ms  not 200: %d",
+			row.ReqPerSec, millis(row.Lat.P50), millis(row.Lat.P99), millis(row.Lat.Max), rep.LeadInNon200)
 	}
 	start := time.Now()
-	rep.RetentionFrom = oldest.Add(durable.DefaultClaimRetention).Sub(start).Seconds()
-	say("soak: the oldest seeded claim crosses the retention %.0f s into the soak", rep.RetentionFrom)
+	cpuFrom := st.cpuTicks(ctx)
+	// The seeding put the oldest claim lead past the retention from At.
+	rep.RetentionFrom = plan.At.Add(lead).Sub(start).Seconds()
+	say("soak: the oldest seeded claim crossed the retention %.0f s into the soak", rep.RetentionFrom)
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() {
@@ -291,17 +349,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		}
 		tallies[i] = newTally(Channel)
 		row := openLoop(ctx, st.tg, "soak", st.tg.URL, rep.Rate, d, &firstSource{pools[i]}, tallies[i], nil)
-		non200 := row.Errors
-		codes := map[int]int{}
-		for code, c := range row.Codes {
-			codes[code] = c
-			if code != http.StatusOK {
-				non200 += c
-			}
-		}
-		if row.Errors > 0 {
-			codes[0] += row.Errors
-		}
+		non200, codes := answers(row)
 		rep.Slices = append(rep.Slices, SoakSlice{At: at.Seconds(), Requests: row.Requests, ReqPerSec: row.ReqPerSec,
 			P50: millis(row.Lat.P50), P99: millis(row.Lat.P99), Max: millis(row.Lat.Max), Non200: non200, Codes: codes})
 		lat := make([]time.Duration, len(row.Points))
@@ -313,10 +361,17 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 			at.Seconds(), row.ReqPerSec, millis(row.Lat.P50), millis(row.Lat.P99), millis(row.Lat.Max), non200, rep.last().EdgedMiB, rep.last().RedisMiB)
 	}
 	soakEnd := time.Since(start).Seconds()
+	rep.cpu(cpuFrom, st.cpuTicks(ctx), soakEnd)
 	stopSampling()
 	<-sampled
 	rep.LoadAvgAfter = loadAvg()
 	err = st.finish(ctx, rep, pools, tallies)
+	if leadIn > 0 {
+		if ierr := invariants(ctx, st.db, leadPool.prefix, leadTally); ierr != nil {
+			err = errors.Join(err, fmt.Errorf("lead-in: %w", ierr))
+		}
+		rep.Checks = append(rep.Checks, fmt.Sprintf("invariants checked for the lead-in's orders too (%d keys answered SUCCESS)", len(leadTally.success)))
+	}
 	var lerr, eerr error
 	rep.CallbackLockWaits, rep.OtherLockWaits, lerr = lockWaits(pgLog, logFrom)
 	rep.Events, eerr = postgresEvents(pgLog, logFrom, start)
@@ -347,20 +402,32 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	return rep, err
 }
 
+// soakSettings are the soak server's settings: the grown runs' but for the
+// checkpoint_timeout (none for a quick soak), and the lock waits, the
+// checkpoints and the autovacuum runs logged.
+func soakSettings(quick bool) []string {
+	var settings []string
+	if !quick {
+		for _, kv := range grownSettings {
+			if !strings.HasPrefix(kv, "checkpoint_timeout=") {
+				settings = append(settings, kv)
+			}
+		}
+		settings = append(settings, fmt.Sprintf("checkpoint_timeout=%ds", int(soakCheckpointTimeout.Seconds())))
+	}
+	for _, kv := range lockWaitSettings {
+		settings = append(settings, kv[0]+"="+kv[1])
+	}
+	return settings
+}
+
 // start starts the stack.
 func (st *soakStack) start(ctx context.Context, cfg SoakConfig) error {
 	var err error
 	if st.procs.dir, err = os.MkdirTemp("", "nesoak-"); err != nil {
 		return err
 	}
-	var settings []string
-	if !cfg.Quick {
-		settings = append(settings, grownSettings...)
-	}
-	for _, kv := range lockWaitSettings { // and checkpoints and autovacuum logged
-		settings = append(settings, kv[0]+"="+kv[1])
-	}
-	if st.pg, err = pgtemp.Start(ctx, pgtemp.Options{Durable: true, Settings: settings}); err != nil {
+	if st.pg, err = pgtemp.Start(ctx, pgtemp.Options{Durable: true, Settings: soakSettings(cfg.Quick)}); err != nil {
 		return err
 	}
 	dbURL := st.pg.URL("postgres")
@@ -414,6 +481,75 @@ func (st *soakStack) start(ctx context.Context, cfg SoakConfig) error {
 	}
 	st.tg = &Target{URL: "http://" + pub, AdminURL: st.edgedAdmin, DBURL: dbURL, Secret: Secret, Channel: Channel}
 	return nil
+}
+
+// cpuTicks reads the CPU the soak's processes have used, in clock ticks,
+// by the names CPUPerRequest gives them; a process it cannot find is left
+// out.
+func (st *soakStack) cpuTicks(ctx context.Context) map[string]uint64 {
+	pids := map[string]int{"edged": pidOf(st.edged), "shipper": pidOf(st.shipper), "forwarder": pidOf(st.forwarder),
+		"postgres": postmasterPID(ctx, st.db), "cache redis": redisServerPID(st.cache.Addr()), "stream redis": redisServerPID(st.stream.Addr())}
+	out := map[string]uint64{}
+	procs, err := readAllProcStats()
+	if err != nil {
+		return out
+	}
+	for name, pid := range pids {
+		if t, ok := treeTicks(procs, pid); ok && pid != 0 {
+			out[name] = t
+		}
+	}
+	// The bench's own time only: its children are the columns above.
+	if self, ok := procs[os.Getpid()]; ok {
+		out["bench"] = self.UTime + self.STime
+	}
+	if t, err := machineBusyTicks(); err == nil {
+		out["machine"] = t
+	}
+	return out
+}
+
+// cpu fills CPUPerRequest and Cores from two cpuTicks readings secs apart,
+// around the slices.
+func (r *SoakReport) cpu(from, to map[string]uint64, secs float64) {
+	requests := 0
+	for _, s := range r.Slices {
+		requests += s.Requests
+	}
+	r.CPUPerRequest, r.Cores = map[string]float64{}, map[string]float64{}
+	tick := 1 / float64(procstat.ClockTicks())
+	for name, t := range to {
+		f, ok := from[name]
+		if !ok || t < f || requests == 0 || secs <= 0 {
+			continue
+		}
+		used := float64(t-f) * tick
+		r.CPUPerRequest[name], r.Cores[name] = used*1e6/float64(requests), used/secs
+	}
+}
+
+// pidOf is a child's pid (0 if it never started).
+func pidOf(p *scaleProc) int {
+	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// answers counts an attack's answers other than 200, and its answers by
+// HTTP status (0: no answer).
+func answers(row Row) (non200 int, codes map[int]int) {
+	non200, codes = row.Errors, map[int]int{}
+	for code, c := range row.Codes {
+		codes[code] = c
+		if code != http.StatusOK {
+			non200 += c
+		}
+	}
+	if row.Errors > 0 {
+		codes[0] += row.Errors
+	}
+	return non200, codes
 }
 
 // startEdged starts edged and waits until it is ready.
@@ -541,7 +677,8 @@ func (st *soakStack) finish(ctx context.Context, rep *SoakReport, pools []*pool,
 	sumMetric(st.edgedAdmin, "notifyedge_retention_deleted_total", rep.Deleted)
 	var errs []error
 	// Every outbox row but the seeded ones (published before the soak,
-	// never on the stream): the peak's and the slices' payments.
+	// never on the stream): the peak's, the lead-in's and the slices'
+	// payments.
 	published, perr := count(ctx, st.db, `SELECT count(*) FROM outbox WHERE order_no NOT LIKE 'GW%'`)
 	if perr != nil {
 		return perr
@@ -707,7 +844,10 @@ func (r *SoakReport) Table() string {
 	if r.TableOptions != "" {
 		fmt.Fprintf(&b, "notify_claim and outbox with (%s)\n", r.TableOptions)
 	}
-	fmt.Fprintf(&b, "peak %.0f first deliveries a second (closed loop); soak at %d a second\n", r.Peak, r.Rate)
+	fmt.Fprintf(&b, "checkpoint_timeout %s, max_wal_size %s, checkpoint_completion_target %s\n",
+		r.Checkpoints["checkpoint_timeout"], r.Checkpoints["max_wal_size"], r.Checkpoints["checkpoint_completion_target"])
+	fmt.Fprintf(&b, "peak %.0f first deliveries a second (closed loop); soak at %d a second, after a lead-in of %.0f s at that rate (p99 %.2f ms, %d not 200)\n",
+		r.Peak, r.Rate, r.LeadIn, r.LeadInP99, r.LeadInNon200)
 	fmt.Fprintf(&b, "seeded to cross the retention meanwhile: %d claims, %d outbox rows (rows %.0f s, indexes %.0f s)\n",
 		r.Seeded["notify_claim"], r.Seeded["outbox"], r.SeedSeconds["rows"], r.SeedSeconds["indexes"])
 	fmt.Fprintf(&b, "\n| minute | req/s | p50 ms | p99 ms | max ms | not 200 |\n|---:|---:|---:|---:|---:|---:|\n")
@@ -719,6 +859,13 @@ func (r *SoakReport) Table() string {
 	for _, w := range r.CheckpointWindows {
 		fmt.Fprintf(&b, "p99 inside the checkpoint from %.0f to %.0f s (%d whole slices): %.2f ms\n", w.Start, w.End, w.Slices, w.P99)
 	}
+	var cpu []string
+	for _, name := range []string{"edged", "shipper", "forwarder", "postgres", "cache redis", "stream redis", "bench", "machine"} {
+		if v, ok := r.CPUPerRequest[name]; ok {
+			cpu = append(cpu, fmt.Sprintf("%s %.0f µs (%.2f cores)", name, v, r.Cores[name]))
+		}
+	}
+	fmt.Fprintf(&b, "CPU a first delivery over the slices: %s\n", strings.Join(cpu, ", "))
 	grew := true
 	for _, p := range []string{"edged", "shipper", "forwarder"} {
 		g, ok := r.RSSGrowth[p]
@@ -726,7 +873,7 @@ func (r *SoakReport) Table() string {
 	}
 	fmt.Fprintf(&b, "resident memory, the last minute's median over the minute's after warm-up: edged %.2f, shipper %.2f, forwarder %.2f (target <= 1.10: %s)\n",
 		r.RSSGrowth["edged"], r.RSSGrowth["shipper"], r.RSSGrowth["forwarder"], met(grew))
-	fmt.Fprintf(&b, "the oldest seeded claim crossed the retention %.0f s into the soak\n", r.RetentionFrom)
+	fmt.Fprintf(&b, "the oldest seeded claim crossed the retention %.0f s into the soak (negative: in the lead-in)\n", r.RetentionFrom)
 	if n := len(r.Samples); n > 0 {
 		f, l := r.Samples[0], r.Samples[n-1]
 		fmt.Fprintf(&b, "resident memory MiB, first and last sample: edged %.0f -> %.0f, shipper %.0f -> %.0f, forwarder %.0f -> %.0f\n",

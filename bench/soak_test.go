@@ -32,6 +32,18 @@ func TestSoakQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, name := range []string{"edged", "shipper", "forwarder", "postgres", "cache redis", "stream redis", "bench", "machine"} {
+		// A quiet process may use less than a clock tick in seconds.
+		if _, ok := rep.CPUPerRequest[name]; !ok {
+			t.Errorf("no CPU read for %s: %v", name, rep.CPUPerRequest)
+		}
+	}
+	if rep.CPUPerRequest["machine"] <= 0 || rep.CPUPerRequest["edged"] <= 0 {
+		t.Errorf("CPU per request %v: the machine and edged must have used some", rep.CPUPerRequest)
+	}
+	if rep.LeadIn <= 0 || rep.LeadInP99 <= 0 || rep.Checkpoints["checkpoint_timeout"] == "" {
+		t.Errorf("lead-in %.0f s, p99 %.2f ms; checkpoint settings %v", rep.LeadIn, rep.LeadInP99, rep.Checkpoints)
+	}
 	if len(rep.Slices) != 3 || len(rep.Samples) < 3 {
 		t.Fatalf("%d slices and %d samples, want 3 slices and a sample a second", len(rep.Slices), len(rep.Samples))
 	}

@@ -9,9 +9,9 @@ import (
 // CheckpointWindow is one checkpoint the soak ran through, from its start
 // to its end (seconds into the soak), and the p99 of every request of the
 // slices that ran wholly inside it: windows at the same point of the
-// checkpoint cycle, which the first and last ten minutes need not be (a
-// soak begins just after a checkpoint, so its first minutes are the only
-// ones no checkpoint writes through).
+// checkpoint cycle, which the first and last ten minutes need not be
+// (they are when the checkpoint_timeout divides ten minutes and the
+// checkpoints come by time, as in the soak).
 type CheckpointWindow struct {
 	Start  float64 `json:"start_s"`
 	End    float64 `json:"end_s"`
@@ -20,11 +20,13 @@ type CheckpointWindow struct {
 }
 
 // checkpointSpans reads the checkpoints' starts and ends from the Postgres
-// events (postgresEvents' lines, "+900.0s checkpoint starting: time"): a
-// checkpoint still running at the last event ends at end.
+// events (postgresEvents' lines, "+900.0s checkpoint starting: time"; a
+// lead-in's are negative): a checkpoint still running at the last event
+// ends at end, and one whose start came before the first event is left
+// out.
 func checkpointSpans(events []string, end float64) [][2]float64 {
 	var spans [][2]float64
-	open := -1.0
+	open, opened := 0.0, false
 	for _, e := range events {
 		at, msg, ok := strings.Cut(e, " ")
 		if !ok || !strings.HasPrefix(msg, "checkpoint ") {
@@ -36,13 +38,13 @@ func checkpointSpans(events []string, end float64) [][2]float64 {
 		}
 		switch {
 		case strings.HasPrefix(msg, "checkpoint starting"):
-			open = t
-		case strings.HasPrefix(msg, "checkpoint complete") && open >= 0:
+			open, opened = t, true
+		case strings.HasPrefix(msg, "checkpoint complete") && opened:
 			spans = append(spans, [2]float64{open, t})
-			open = -1
+			opened = false
 		}
 	}
-	if open >= 0 {
+	if opened {
 		spans = append(spans, [2]float64{open, end})
 	}
 	return spans

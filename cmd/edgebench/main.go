@@ -239,6 +239,7 @@ func soak(args []string) {
 	fs.DurationVar(&cfg.Duration, "duration", time.Hour, "the soak's length")
 	fs.DurationVar(&cfg.Slice, "slice", time.Minute, "one attack's length: a point of the latency series")
 	fs.DurationVar(&cfg.Warmup, "warmup", 10*time.Minute, "resident memory must stay flat after this")
+	fs.DurationVar(&cfg.LeadIn, "lead-in", 10*time.Minute, "the soak's rate run before the measured duration, outside its figures")
 	fs.Float64Var(&cfg.Share, "share", 0.5, "the rate, as a share of the closed-loop peak")
 	fs.StringVar(&cfg.TableOptions, "table-options", "", "storage parameters set on notify_claim and outbox, e.g. autovacuum_vacuum_scale_factor = 0.02")
 	fs.StringVar(&cfg.Out, "out", "bench/results", "where the JSON and the plots go")
