@@ -323,7 +323,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	}
 	start := time.Now()
 	cpuFrom := st.cpuTicks(ctx)
-	// The seeding put the oldest claim lead past the retention from At.
+	// The seeding's oldest claim crosses the retention lead after its At.
 	rep.RetentionFrom = plan.At.Add(lead).Sub(start).Seconds()
 	say("soak: the oldest seeded claim crossed the retention %.0f s into the soak", rep.RetentionFrom)
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -637,10 +637,11 @@ func (r *SoakReport) last() SoakSample {
 
 // pidRSS is a child's resident memory in MiB (0 once it is gone).
 func pidRSS(p *scaleProc) float64 {
-	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+	pid := pidOf(p)
+	if pid == 0 {
 		return 0
 	}
-	return statusMiB(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid), "VmRSS:")
+	return statusMiB(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
 }
 
 // sumMetric sums a counter's series on a /metrics page, into byLabel by
