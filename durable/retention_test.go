@@ -782,17 +782,27 @@ func TestRetentionChargesOnlyItsOwnWAL(t *testing.T) {
 	cfg.MinPause = 20 * time.Millisecond
 	cfg.CatchUpRate = 1e9
 	cfg.CheckpointShare = 1e9 // no cap: the WAL is measured, not obeyed
-	cycle := func() durable.RetentionCycle {
+	position := func() int64 {
+		var pos int64
+		if err := b.db.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8`).Scan(&pos); err != nil {
+			t.Fatal(err)
+		}
+		return pos
+	}
+	// cycle deletes rows claims and returns the cycle and all the WAL the
+	// server wrote meanwhile, everyone's.
+	cycle := func() (durable.RetentionCycle, int64) {
 		b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
 			SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' - g * interval '1 second'
 			  FROM generate_series(1, $1::int) g`, rows)
+		from := position()
 		c := retentionCycle(t, b.store, cfg)
 		if c.Deleted[durable.TableClaim] != rows {
 			t.Fatalf("deleted %v, want %d claims", c.Deleted, rows)
 		}
-		return c
+		return c, position() - from
 	}
-	quiet := cycle()
+	quiet, _ := cycle()
 
 	// About 21 KB of WAL a statement, back to back, until the test ends.
 	nctx, stopNoise := context.WithCancel(ctx)
@@ -812,7 +822,7 @@ func TestRetentionChargesOnlyItsOwnWAL(t *testing.T) {
 	if !wait.Within(10*time.Second, func() bool { return b.count(t, `SELECT count(*) FROM wal_noise`) > 0 }) {
 		t.Fatal("the writer wrote nothing within 10s")
 	}
-	noisy := cycle()
+	noisy, all := cycle()
 	stopNoise()
 	noise.Wait()
 	if noiseErr != nil {
@@ -826,7 +836,14 @@ func TestRetentionChargesOnlyItsOwnWAL(t *testing.T) {
 	if othersPer < quietPer {
 		t.Fatalf("the writer's WAL left out was %.0f bytes a claim, against retention's %.0f alone", othersPer, quietPer)
 	}
-	if noisyPer > 3*quietPer || noisyPer < quietPer/3 {
+	if noisyPer > 3*quietPer {
 		t.Errorf("beside the writer, a claim was charged %.0f bytes of WAL, against %.0f alone", noisyPer, quietPer)
+	}
+	// What was left out ran beside the batches, a small part of the cycle:
+	// it cannot pass all the server wrote. (The estimate may err low, below
+	// retention's own: on a busy machine the writer gets more of the CPU in
+	// the gaps than beside a batch.)
+	if noisy.OthersWAL > all {
+		t.Errorf("left out %d bytes of others' WAL, more than the %d the server wrote over the whole cycle", noisy.OthersWAL, all)
 	}
 }
