@@ -194,7 +194,7 @@ func grownRetention(ctx context.Context, e *env) error {
 	if e.grown == nil {
 		return fmt.Errorf("the %q row did not run (select the grown rows together)", grownFirst)
 	}
-	r := &retentionRun{before: grownRetentionOff, during: grownRetentionOn, of: grownFirst}
+	r := &retentionRun{before: grownRetentionOff, during: grownRetentionOn, of: grownFirst, figures: RetentionFigures{Target: 1.5}}
 	r.figures.Backlog = int(e.grown.figures.Rows["notify_claim"]) / e.grown.figures.Week.Days
 	r.outboxBacklog = int(e.grown.figures.Rows["outbox"]) / e.grown.figures.Week.Days
 	if err := r.measurePeak(ctx, e); err != nil {
