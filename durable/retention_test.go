@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -836,8 +837,14 @@ func TestRetentionChargesOnlyItsOwnWAL(t *testing.T) {
 	if othersPer < quietPer {
 		t.Fatalf("the writer's WAL left out was %.0f bytes a claim, against retention's %.0f alone", othersPer, quietPer)
 	}
-	if noisyPer > 3*quietPer {
-		t.Errorf("beside the writer, a claim was charged %.0f bytes of WAL, against %.0f alone", noisyPer, quietPer)
+	// The rate read in the gaps is not the rate beside a batch: on a busy
+	// machine the writer gets more or less of the CPU while a batch runs,
+	// so the charge misses retention's own figure either way. What must
+	// hold is that it misses by far less than the writer's WAL it left out;
+	// a meter that subtracted a small part of the others' rate would not.
+	if miss := math.Abs(noisyPer - quietPer); miss > quietPer+othersPer/2 {
+		t.Errorf("beside the writer, a claim was charged %.0f bytes of WAL against %.0f alone: off by %.0f, with %.0f of the writer's left out",
+			noisyPer, quietPer, miss, othersPer)
 	}
 	// What was left out ran beside the batches, a small part of the cycle:
 	// it cannot pass all the server wrote. (The estimate may err low, below
