@@ -96,7 +96,10 @@ type RetentionConfig struct {
 	// says so), not the callbacks waiting.
 	MinPause time.Duration
 	// Interval is the sleep once nothing is old enough, and how often a
-	// standby node tries to become the leader (default 1m).
+	// standby node tries to become the leader (default 1m). Once caught
+	// up, a row is deleted about Interval after it passes its retention:
+	// while a cycle runs, each table's cutoff moves on with the clock, so
+	// the rows that age out meanwhile go in the same cycle.
 	Interval time.Duration
 	// LockTimeout is the batches' lock_timeout (default 100ms): a batch
 	// never queues for long behind a lock (a migration's, say) that
@@ -120,8 +123,10 @@ type RetentionConfig struct {
 	OnError func(error)
 
 	// sleep waits between batches (wait.Sleep; tests record the waits
-	// instead).
+	// instead), and now is the leader's clock the batches are scheduled by
+	// (time.Now; tests move one of their own).
 	sleep func(context.Context, time.Duration) bool
+	now   func() time.Time
 }
 
 // RetentionCycle is one cycle of the retention leader.
@@ -157,6 +162,9 @@ func (c RetentionConfig) withDefaults() (RetentionConfig, error) {
 	c.LockID = cmp.Or(c.LockID, retentionLockID)
 	if c.sleep == nil {
 		c.sleep = wait.Sleep
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 	return c, c.validate()
 }
@@ -294,7 +302,8 @@ SELECT (SELECT count(*) FROM d), (SELECT min(published_at) FROM d), (SELECT max(
 // own short transaction under LockTimeout and StatementTimeout, skipping
 // rows locked by others), the tables side by side, each paced to its own
 // insert rate plus CatchUpRate (whose WAL is held to CheckpointShare of the
-// checkpoints' rate), until nothing is old enough, then sleeps
+// checkpoints' rate), until nothing is old enough (each table's cutoff
+// moving on with the clock: retentionWalk.refresh), then sleeps
 // Interval. Orders, trade_refund rows, unpublished outbox rows,
 // open review rows and the claims they name are never deleted.
 //
@@ -355,7 +364,7 @@ func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig)
 	perRow := make(map[string]walPerRow, len(retentionPlan))
 	var meter walMeter
 	for {
-		start := time.Now()
+		start := cfg.now()
 		cycle, err := s.retentionCycle(ctx, conn, cfg, perRow, &meter)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -364,7 +373,7 @@ func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig)
 			return err
 		}
 		if cfg.OnCycle != nil {
-			cycle.Took = time.Since(start)
+			cycle.Took = cfg.now().Sub(start)
 			cfg.OnCycle(cycle)
 		}
 		wait.Sleep(ctx, cfg.Interval)
@@ -377,12 +386,16 @@ func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig)
 // retentionWalk is one table's part of a cycle: its cutoff, where its
 // previous batch stopped, and when its next batch is due.
 type retentionWalk struct {
-	table  retentionTable
+	table retentionTable
+	// cutoff is the server's clock less the table's retention, as of
+	// readAt on the leader's clock.
 	cutoff time.Time
+	readAt time.Time
 	// from is the newest col the previous batch deleted (the next batch's
-	// lower bound); after is the last id the outbox's previous batch read.
-	from  pgtype.Timestamptz
-	after int64
+	// lower bound); after is the last id the outbox's previous batch read,
+	// and resume the one before it, where a refreshed walk starts again.
+	from          pgtype.Timestamptz
+	after, resume int64
 	// newest is the newest col any previous batch deleted (zero before
 	// the first): the next batch's rows were inserted since.
 	newest time.Time
@@ -391,6 +404,38 @@ type retentionWalk struct {
 	// walPerRow is the WAL a deleted row of the table writes, over its
 	// batches.
 	walPerRow walPerRow
+}
+
+// retentionRefresh is how old a walk's cutoff may be when it finds
+// nothing more below it and ends; an older one is moved on to the clock
+// and the walk goes on. retentionCycleMax is how long a cycle keeps moving
+// its cutoffs: past it, a cycle that cannot catch up (a database too busy
+// to give retention what ages out) ends where it stands, so that every
+// cycle is reported and the checkpoint settings are read again.
+const (
+	retentionRefresh  = time.Second
+	retentionCycleMax = 10 * time.Minute
+)
+
+// refresh moves a walk that has just ended (done) on to a cutoff as of
+// now, if its own is retentionRefresh old or more and the cycle, begun at
+// start, is younger than retentionCycleMax. With a cutoff fixed for the
+// whole cycle, the rows that aged out while it ran would wait for the
+// next one, a sleep later: a cycle that takes T, Interval apart, would
+// leave rows Interval+T past their retention, and T grows with the insert
+// rate (about Interval × insert rate / CatchUpRate). Moved on, the walk
+// ends only when it has caught up with the clock, and a row is deleted
+// about Interval past its retention whatever the rate. The outbox's walk
+// starts again at its previous head (resume), where rows too young then
+// may be old enough now.
+func (w *retentionWalk) refresh(now, start time.Time) {
+	if !w.done || now.Sub(w.readAt) < retentionRefresh || now.Sub(start) >= retentionCycleMax {
+		return
+	}
+	w.cutoff = w.cutoff.Add(now.Sub(w.readAt))
+	w.readAt = now
+	w.after = w.resume
+	w.done = false
 }
 
 // retentionCycle works every table off, from one reading of the server's
@@ -406,10 +451,10 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		return RetentionCycle{}, wrap(ctx, "retention: read the clock and the checkpoint settings", err)
 	}
 	walCap := cfg.CheckpointShare * walRate
-	start := time.Now()
+	start := cfg.now()
 	walks := make([]*retentionWalk, len(retentionPlan))
 	for i, t := range retentionPlan {
-		walks[i] = &retentionWalk{table: t, cutoff: now.Add(-t.keep(cfg)),
+		walks[i] = &retentionWalk{table: t, cutoff: now.Add(-t.keep(cfg)), readAt: start,
 			from: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, sched: retentionSchedule{due: start},
 			walPerRow: perRow[t.name]}
 	}
@@ -429,10 +474,10 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		if w == nil {
 			return cycle, nil
 		}
-		if !cfg.sleep(ctx, time.Until(maxTime(w.sched.due, ready))) && ctx.Err() != nil {
+		if !cfg.sleep(ctx, maxTime(w.sched.due, ready).Sub(cfg.now())) && ctx.Err() != nil {
 			return cycle, ctx.Err()
 		}
-		began := time.Now()
+		began := cfg.now()
 		b, err := s.retentionBatch(ctx, conn, cfg, w, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow.bytes(), walking), meter)
 		if err != nil {
 			return cycle, wrap(ctx, "retention: delete from "+w.table.name, err)
@@ -441,7 +486,9 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		// asks: a batch that took long met a busy database, and the
 		// callbacks come first. Where the database cannot give retention
 		// what ages out, the tables grow and the oldest row's age says so.
-		ready = time.Now().Add(max(cfg.MinPause, time.Since(began)))
+		ended := cfg.now()
+		ready = ended.Add(max(cfg.MinPause, ended.Sub(began)))
+		w.refresh(ended, start)
 		cycle.WAL += max(b.wal, 0)
 		cycle.OthersWAL += b.others
 		if b.n > 0 {
@@ -491,16 +538,17 @@ type retentionBatchResult struct {
 // is left), and returns what it did, its WAL told from others' by meter.
 func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk, catchUp float64, meter *walMeter) (retentionBatchResult, error) {
 	var r retentionBatchResult
-	began := time.Now()
+	began := cfg.now()
 	var walBefore, walAfter int64
 	if err := conn.QueryRow(ctx, sqlWALPosition).Scan(&walBefore); err != nil {
 		return r, err
 	}
-	walFrom := time.Now()
+	walFrom := cfg.now()
 	var oldest, newest pgtype.Timestamptz
 	if w.table.byID {
 		var read int64
 		var lastOld bool
+		w.resume = w.after
 		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.after, cfg.Batch).Scan(&r.n, &oldest, &newest, &read, &lastOld, &w.after); err != nil {
 			return r, err
 		}
@@ -516,7 +564,7 @@ func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg Retentio
 	if err := conn.QueryRow(ctx, sqlWALPosition).Scan(&walAfter); err != nil {
 		return r, err
 	}
-	r.wal, r.others = meter.batch(walBefore, walFrom, walAfter, time.Now())
+	r.wal, r.others = meter.batch(walBefore, walFrom, walAfter, cfg.now())
 	if r.n == 0 {
 		return r, nil
 	}

@@ -126,3 +126,17 @@ func CheckpointWALRate(ctx context.Context, s *Store) (float64, error) {
 	_, rate, err := readCycleStart(ctx, s.pool)
 	return rate, err
 }
+
+// WithRetentionClock returns cfg with its batches scheduled by now and the
+// waits between them made by sleep, instead of the wall clock's.
+func WithRetentionClock(cfg RetentionConfig, now func() time.Time, sleep func(context.Context, time.Duration) bool) RetentionConfig {
+	cfg.now, cfg.sleep = now, sleep
+	return cfg
+}
+
+// RetentionRefresh and RetentionCycleMax are how old a walk's cutoff may
+// be when it ends, and how long a cycle moves its cutoffs on.
+const (
+	RetentionRefresh  = retentionRefresh
+	RetentionCycleMax = retentionCycleMax
+)

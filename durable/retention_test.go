@@ -854,3 +854,133 @@ func TestRetentionChargesOnlyItsOwnWAL(t *testing.T) {
 		t.Errorf("left out %d bytes of others' WAL, more than the %d the server wrote over the whole cycle", noisy.OthersWAL, all)
 	}
 }
+
+// fakeClock is a retention leader's clock that moves only when it sleeps,
+// by what it sleeps.
+type fakeClock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
+
+func (c *fakeClock) sleep(ctx context.Context, d time.Duration) bool {
+	c.mu.Lock()
+	c.at = c.at.Add(max(d, 0))
+	c.mu.Unlock()
+	return ctx.Err() == nil
+}
+
+// A cycle's cutoff moves on with the clock: the rows that age out while a
+// cycle runs go in that cycle, not a sleep later, so that a row is deleted
+// about Interval past its retention however long cycles take. A cycle
+// that cannot catch up still ends, RetentionCycleMax after it began. The
+// rows age out at 10 a second (from 10 s before the cycle); the pacing
+// (a small catch-up) makes the cycle's time, on a clock that moves only by
+// the waits it asks for. The outbox, walked by id, starts its head again
+// where rows too young for it before may be old enough now.
+func TestRetentionCutoffMovesOnWithTheClock(t *testing.T) {
+	// The rows, by table: $1 the retention, $2 how many; row g is named
+	// 'k' || g and ages out (g * 100 - 9950) ms after the insert, 50 ms
+	// off the tenth of a second, so that none sits on a cutoff.
+	inserts := map[string]string{
+		durable.TableClaim: `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+			SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - $1::interval + (g * 100 - 9950) * interval '1 millisecond'
+			  FROM generate_series(0, $2::int - 1) g`,
+		durable.TableOutbox: `INSERT INTO outbox (topic, order_no, payload, created_at, published_at)
+			SELECT 'ORDER_PAID', 'k' || g, '{}', now() - $1::interval, now() - $1::interval + (g * 100 - 9950) * interval '1 millisecond'
+			  FROM generate_series(0, $2::int - 1) g ORDER BY g`,
+	}
+	exists := map[string]string{
+		durable.TableClaim:  `SELECT 1 FROM notify_claim WHERE biz_key = 'k' || g`,
+		durable.TableOutbox: `SELECT 1 FROM outbox WHERE order_no = 'k' || g`,
+	}
+	keep := map[string]time.Duration{durable.TableClaim: claimKeep, durable.TableOutbox: outboxKeep}
+	for _, c := range []struct {
+		name  string
+		table string
+		// upTo is how far past the cycle's start the claims go on aging
+		// out; batch and catchUp pace the cycle.
+		upTo    time.Duration
+		batch   int
+		catchUp float64
+		// endsAtMax: the cycle ends at RetentionCycleMax, not caught up.
+		endsAtMax bool
+	}{
+		{"catches up", durable.TableClaim, 30 * time.Second, 50, 5, false},
+		{"the outbox catches up", durable.TableOutbox, 30 * time.Second, 50, 5, false},
+		// 20 rows a batch take 2 s at 10 a second: the walk never ends
+		// within a second of its cutoff.
+		{"ends at the cycle's limit", durable.TableClaim, durable.RetentionCycleMax + 5*time.Minute, 20, 0.001, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := setup(t)
+			rows := int((10*time.Second + c.upTo) / (100 * time.Millisecond))
+			b.exec(t, inserts[c.table], keep[c.table].String(), rows)
+			clock := &fakeClock{at: time.Now()}
+			cfg := testRetention()
+			cfg.Interval = time.Hour // one cycle, then stop
+			cfg.Batch = c.batch
+			cfg.CatchUpRate = c.catchUp
+			cfg.CheckpointShare = 1e9
+			cfg = durable.WithRetentionClock(cfg, clock.now, clock.sleep)
+			cycle := retentionCycle(t, b.store, cfg)
+
+			// The rows' offsets past the retention as of the insert, in
+			// seconds: the cycle's start is a few milliseconds later.
+			offsets := func(deleted bool) []float64 {
+				not := ""
+				if deleted {
+					not = "NOT "
+				}
+				rows, err := b.db.Query(context.Background(), `SELECT ((g * 100 - 9950) / 1000.0)::float8 FROM generate_series(0, $1::int - 1) g
+					WHERE `+not+`EXISTS (`+exists[c.table]+`)`, rows)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := pgx.CollectRows(rows, pgx.RowTo[float64])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			gone, kept := offsets(true), offsets(false)
+			took := cycle.Took.Seconds()
+			t.Logf("the cycle took %.1f s on its clock and deleted %d rows; %d are left", took, len(gone), len(kept))
+			if int64(len(gone)) != cycle.Deleted[c.table] {
+				t.Fatalf("the cycle says it deleted %v; %d rows of %s are gone", cycle.Deleted, len(gone), c.table)
+			}
+			if len(kept) == 0 || len(gone) == 0 {
+				t.Fatalf("%d rows deleted, %d kept: the rows did not straddle the cycle's end", len(gone), len(kept))
+			}
+			// Nothing is deleted before it is old enough on the cycle's
+			// clock (a few milliseconds of real time between the insert
+			// and the cycle's start aside).
+			if newest := slices.Max(gone); newest > took+0.05 {
+				t.Errorf("a row %.2f s past its retention at the insert was deleted by a cycle that ended %.1f s after it began", newest, took)
+			}
+			if !c.endsAtMax {
+				if took < 10 {
+					t.Fatalf("the cycle took %.1f s: too short to tell a moving cutoff from a fixed one", took)
+				}
+				// Caught up: what is left aged out less than a refresh
+				// (and a claim's spacing) before the cycle's end.
+				if oldest := slices.Min(kept); oldest < took-durable.RetentionRefresh.Seconds()-0.1 {
+					t.Errorf("a row %.2f s past its retention at the insert is left by a cycle that ended %.1f s after it began", oldest, took)
+				}
+				return
+			}
+			limit := durable.RetentionCycleMax.Seconds()
+			if took < limit || took > limit+30 {
+				t.Errorf("the cycle took %.0f s; a cycle that cannot catch up ends at %.0f s", took, limit)
+			}
+			if oldest := slices.Min(kept); oldest < limit-30 {
+				t.Errorf("a row %.0f s past its retention at the insert is left by a cycle that moved its cutoff for %.0f s", oldest, limit)
+			}
+		})
+	}
+}
