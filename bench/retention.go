@@ -67,8 +67,9 @@ type RetentionFigures struct {
 	Ratio      float64 `json:"p99_ratio"`
 	Target     float64 `json:"p99_ratio_target"`
 	// DeleteSeconds is how long the leader's first cycle took to delete the
-	// backlog (from the start of the second attack), DeletedInAttack how many
-	// of them it deleted while the second attack ran.
+	// backlog (from the start of the second attack) and what aged out
+	// meanwhile (its cutoffs move on with the clock), DeletedInAttack how
+	// many rows it deleted while the second attack ran.
 	DeleteSeconds float64 `json:"backlog_deleted_seconds"`
 	// WALWithout and WALWith are the WAL written per second, MiB, over the
 	// first row and over the second.
@@ -368,7 +369,8 @@ func finishRetention(ctx context.Context, e *env) error {
 		errs = append(errs, fmt.Errorf("retention: the backlog was not deleted within %s", time.Since(r.start).Round(time.Second)))
 	}
 	// Expired when the deletion began: a seeded week keeps ageing past the
-	// retention while the first cycle runs, and the next cycle takes those.
+	// retention while the first cycle runs, and the last second's worth
+	// of those may be left for the next cycle.
 	left, err := count(ctx, e.db, `SELECT count(*) FROM notify_claim WHERE created_at < $1::timestamptz - $2::bigint * interval '1 microsecond'`,
 		r.start, durable.DefaultClaimRetention.Microseconds())
 	if err == nil && left > 0 {

@@ -115,7 +115,8 @@ type RetentionConfig struct {
 	// (for notifyedge_retention_deleted_total).
 	OnDeleted func(table string, n int64)
 	// OnCycle hears the end of every cycle of the leader: every table
-	// worked off to nothing old enough, or as far as locks let it.
+	// worked off to nothing old enough, or as far as locks (or, for the
+	// rows that aged out while it ran, ten minutes) let it.
 	OnCycle func(RetentionCycle)
 	// OnState hears "leader" (this node deletes) and "standby".
 	OnState func(state string)
@@ -276,8 +277,10 @@ SELECT count(*), min(%[2]s), max(%[2]s) FROM d`, table, col, spare)
 // of which it deletes those published before the cutoff $1 (FOR UPDATE
 // SKIP LOCKED, by ctid, as retentionBatchSQL). It returns how many it
 // deleted, the oldest and newest published_at among them, how many it
-// read, whether the last of those was old enough, and its id. A head whose last row is not old enough (published later, or not
-// yet) ends the table's cycle: behind it, rows are younger. An unpublished
+// read, whether the last of those was old enough, its id, and the last id
+// of the head's leading run of old rows ($2 if the first was not old). A
+// head whose last row is not old enough (published later, or not yet)
+// ends the table's walk: behind it, rows are younger. An unpublished
 // row has published_at NULL, which is older than nothing, so it stays; one
 // inside a head is stepped over.
 const sqlOutboxRetentionBatch = `WITH head AS MATERIALIZED (
@@ -289,7 +292,8 @@ const sqlOutboxRetentionBatch = `WITH head AS MATERIALIZED (
        FOR UPDATE SKIP LOCKED))
   RETURNING published_at)
 SELECT (SELECT count(*) FROM d), (SELECT min(published_at) FROM d), (SELECT max(published_at) FROM d), (SELECT count(*) FROM head),
-       coalesce((SELECT old FROM head ORDER BY id DESC LIMIT 1), false), coalesce((SELECT max(id) FROM head), $2)`
+       coalesce((SELECT old FROM head ORDER BY id DESC LIMIT 1), false), coalesce((SELECT max(id) FROM head), $2),
+       coalesce((SELECT max(id) FROM head WHERE id < coalesce((SELECT min(id) FROM head WHERE old IS NOT TRUE), 9223372036854775807)), $2)`
 
 // RunRetention deletes what is older than its retention (RetentionConfig)
 // until ctx ends, then returns nil; it returns an error at once only for a
@@ -393,7 +397,8 @@ type retentionWalk struct {
 	readAt time.Time
 	// from is the newest col the previous batch deleted (the next batch's
 	// lower bound); after is the last id the outbox's previous batch read,
-	// and resume the one before it, where a refreshed walk starts again.
+	// and resume the last of its head's leading run of old rows, where a
+	// refreshed walk starts again.
 	from          pgtype.Timestamptz
 	after, resume int64
 	// newest is the newest col any previous batch deleted (zero before
@@ -417,8 +422,7 @@ const (
 	retentionCycleMax = 10 * time.Minute
 )
 
-// refresh moves a walk that has just ended (done) on to a cutoff as of
-// now, if its own is retentionRefresh old or more and the cycle, begun at
+// refresh moves a walk that has ended (done) on to a cutoff as of now, if its own is retentionRefresh old or more and the cycle, begun at
 // start, is younger than retentionCycleMax. With a cutoff fixed for the
 // whole cycle, the rows that aged out while it ran would wait for the
 // next one, a sleep later: a cycle that takes T, Interval apart, would
@@ -426,8 +430,8 @@ const (
 // rate (about Interval × insert rate / CatchUpRate). Moved on, the walk
 // ends only when it has caught up with the clock, and a row is deleted
 // about Interval past its retention whatever the rate. The outbox's walk
-// starts again at its previous head (resume), where rows too young then
-// may be old enough now.
+// starts again after its last head's leading run of old rows (resume):
+// behind the first row that was not old then, the rows may be old now.
 func (w *retentionWalk) refresh(now, start time.Time) {
 	if !w.done || now.Sub(w.readAt) < retentionRefresh || now.Sub(start) >= retentionCycleMax {
 		return
@@ -439,7 +443,8 @@ func (w *retentionWalk) refresh(now, start time.Time) {
 }
 
 // retentionCycle works every table off, from one reading of the server's
-// clock (the clock that wrote the timestamps) and of its checkpoint
+// clock (the clock that wrote the timestamps; each table's cutoff then
+// moves on by the leader's: retentionWalk.refresh) and of its checkpoint
 // settings: the tables side by side, each batch run when its table is due
 // (retentionBudget, with a catch-up its WAL allows: catchUpRate), and
 // never two batches closer than MinPause or than the previous batch took.
@@ -463,7 +468,12 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 	for {
 		var w *retentionWalk
 		walking := 0
+		at := cfg.now()
 		for _, c := range walks {
+			// Every table's, not only the one that just ran: a table
+			// that ended early (few rows) keeps up while another's
+			// backlog holds the cycle open.
+			c.refresh(at, start)
 			if !c.done {
 				walking++
 				if w == nil || c.sched.due.Before(w.sched.due) {
@@ -488,7 +498,6 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		// what ages out, the tables grow and the oldest row's age says so.
 		ended := cfg.now()
 		ready = ended.Add(max(cfg.MinPause, ended.Sub(began)))
-		w.refresh(ended, start)
 		cycle.WAL += max(b.wal, 0)
 		cycle.OthersWAL += b.others
 		if b.n > 0 {
@@ -548,8 +557,7 @@ func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg Retentio
 	if w.table.byID {
 		var read int64
 		var lastOld bool
-		w.resume = w.after
-		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.after, cfg.Batch).Scan(&r.n, &oldest, &newest, &read, &lastOld, &w.after); err != nil {
+		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.after, cfg.Batch).Scan(&r.n, &oldest, &newest, &read, &lastOld, &w.after, &w.resume); err != nil {
 			return r, err
 		}
 		w.done = read < int64(cfg.Batch) || !lastOld

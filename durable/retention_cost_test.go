@@ -93,9 +93,9 @@ func benchRetentionBatch(b *testing.B, table, walCompression string) {
 		var n int64
 		var oldest, newest pgtype.Timestamptz
 		if table == durable.TableOutbox {
-			var read int64
+			var read, resume int64
 			var lastOld bool
-			err = conn.QueryRow(ctx, sql, cutoff, after, batch).Scan(&n, &oldest, &newest, &read, &lastOld, &after)
+			err = conn.QueryRow(ctx, sql, cutoff, after, batch).Scan(&n, &oldest, &newest, &read, &lastOld, &after, &resume)
 		} else {
 			err = conn.QueryRow(ctx, sql, cutoff, from, batch).Scan(&n, &oldest, &newest)
 			from = newest

@@ -83,13 +83,19 @@ func startRetention(t *testing.T, s *durable.Store, cfg durable.RetentionConfig)
 // cycle waits for the next cycle's end; a recovered error fails the test.
 func (r *retention) cycle(t *testing.T) durable.RetentionCycle {
 	t.Helper()
+	return r.cycleWithin(t, 20*time.Second)
+}
+
+// cycleWithin is cycle, waiting up to d.
+func (r *retention) cycleWithin(t *testing.T, d time.Duration) durable.RetentionCycle {
+	t.Helper()
 	select {
 	case c := <-r.cycles:
 		return c
 	case err := <-r.errs:
 		t.Fatalf("retention: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("no retention cycle within 20s")
+	case <-time.After(d):
+		t.Fatalf("no retention cycle within %s", d)
 	}
 	return durable.RetentionCycle{}
 }
@@ -875,52 +881,73 @@ func (c *fakeClock) sleep(ctx context.Context, d time.Duration) bool {
 	return ctx.Err() == nil
 }
 
-// A cycle's cutoff moves on with the clock: the rows that age out while a
+// A cycle's cutoffs move on with the clock: the rows that age out while a
 // cycle runs go in that cycle, not a sleep later, so that a row is deleted
 // about Interval past its retention however long cycles take. A cycle
 // that cannot catch up still ends, RetentionCycleMax after it began. The
-// rows age out at 10 a second (from 10 s before the cycle); the pacing
-// (a small catch-up) makes the cycle's time, on a clock that moves only by
-// the waits it asks for. The outbox, walked by id, starts its head again
-// where rows too young for it before may be old enough now.
+// rows age out at a steady rate from 10 s before the cycle; the claims'
+// pacing (a small catch-up) makes the cycle's time, on a clock that moves
+// only by the waits it asks for. The outbox, walked by id, starts its head
+// again where rows too young for it before may be old enough now; a table
+// with a few rows, done at once, keeps up while the claims hold the cycle
+// open.
 func TestRetentionCutoffMovesOnWithTheClock(t *testing.T) {
-	// The rows, by table: $1 the retention, $2 how many; row g is named
-	// 'k' || g and ages out (g * 100 - 9950) ms after the insert, 50 ms
-	// off the tenth of a second, so that none sits on a cutoff.
+	// The rows, by table: $1 the retention, $2 how many, $3 the spacing in
+	// ms; row g is named 'k' || g and ages out g * $3 - 9950 ms after the
+	// insert, 50 ms off the tenth of a second, so that none sits on a
+	// cutoff.
 	inserts := map[string]string{
 		durable.TableClaim: `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
-			SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - $1::interval + (g * 100 - 9950) * interval '1 millisecond'
+			SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - $1::interval + (g * $3::int - 9950) * interval '1 millisecond'
 			  FROM generate_series(0, $2::int - 1) g`,
 		durable.TableOutbox: `INSERT INTO outbox (topic, order_no, payload, created_at, published_at)
-			SELECT 'ORDER_PAID', 'k' || g, '{}', now() - $1::interval, now() - $1::interval + (g * 100 - 9950) * interval '1 millisecond'
+			SELECT 'ORDER_PAID', 'k' || g, '{}', now() - $1::interval, now() - $1::interval + (g * $3::int - 9950) * interval '1 millisecond'
 			  FROM generate_series(0, $2::int - 1) g ORDER BY g`,
+		durable.TableTrace: `INSERT INTO notify_trace (biz_key, traceparent, created_at)
+			SELECT 'k' || g, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', now() - $1::interval + (g * $3::int - 9950) * interval '1 millisecond'
+			  FROM generate_series(0, $2::int - 1) g`,
 	}
 	exists := map[string]string{
 		durable.TableClaim:  `SELECT 1 FROM notify_claim WHERE biz_key = 'k' || g`,
 		durable.TableOutbox: `SELECT 1 FROM outbox WHERE order_no = 'k' || g`,
+		durable.TableTrace:  `SELECT 1 FROM notify_trace WHERE biz_key = 'k' || g`,
 	}
-	keep := map[string]time.Duration{durable.TableClaim: claimKeep, durable.TableOutbox: outboxKeep}
-	for _, c := range []struct {
-		name  string
+	keep := map[string]time.Duration{durable.TableClaim: claimKeep, durable.TableOutbox: outboxKeep, durable.TableTrace: outboxKeep}
+	type ageing struct {
 		table string
-		// upTo is how far past the cycle's start the claims go on aging
-		// out; batch and catchUp pace the cycle.
-		upTo    time.Duration
+		// every is the rows' spacing; upTo how far past the cycle's start
+		// they go on aging out.
+		every, upTo time.Duration
+		// behind is how long before the cycle's end what is left may
+		// have aged out: a refresh, the rows' spacing, and for a table
+		// checked only between the claims' batches, their pacing.
+		behind time.Duration
+	}
+	for _, c := range []struct {
+		name   string
+		tables []ageing
+		// batch and catchUp pace the cycle.
 		batch   int
 		catchUp float64
 		// endsAtMax: the cycle ends at RetentionCycleMax, not caught up.
 		endsAtMax bool
 	}{
-		{"catches up", durable.TableClaim, 30 * time.Second, 50, 5, false},
-		{"the outbox catches up", durable.TableOutbox, 30 * time.Second, 50, 5, false},
+		{"catches up", []ageing{{durable.TableClaim, 100 * time.Millisecond, 30 * time.Second, 1100 * time.Millisecond}}, 50, 5, false},
+		{"the outbox catches up", []ageing{{durable.TableOutbox, 100 * time.Millisecond, 30 * time.Second, 1100 * time.Millisecond}}, 50, 5, false},
+		// The claims' batches come every 3.3 s; a trace context a second.
+		{"a table done at once keeps up", []ageing{
+			{durable.TableClaim, 100 * time.Millisecond, 30 * time.Second, 1100 * time.Millisecond},
+			{durable.TableTrace, time.Second, 30 * time.Second, 6 * time.Second}}, 50, 5, false},
 		// 20 rows a batch take 2 s at 10 a second: the walk never ends
 		// within a second of its cutoff.
-		{"ends at the cycle's limit", durable.TableClaim, durable.RetentionCycleMax + 5*time.Minute, 20, 0.001, true},
+		{"ends at the cycle's limit", []ageing{{durable.TableClaim, 100 * time.Millisecond, durable.RetentionCycleMax + 5*time.Minute, 30 * time.Second}}, 20, 0.001, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := setup(t)
-			rows := int((10*time.Second + c.upTo) / (100 * time.Millisecond))
-			b.exec(t, inserts[c.table], keep[c.table].String(), rows)
+			began := time.Now()
+			for _, a := range c.tables {
+				b.exec(t, inserts[a.table], keep[a.table].String(), int((10*time.Second+a.upTo)/a.every), a.every.Milliseconds())
+			}
 			clock := &fakeClock{at: time.Now()}
 			cfg := testRetention()
 			cfg.Interval = time.Hour // one cycle, then stop
@@ -928,58 +955,63 @@ func TestRetentionCutoffMovesOnWithTheClock(t *testing.T) {
 			cfg.CatchUpRate = c.catchUp
 			cfg.CheckpointShare = 1e9
 			cfg = durable.WithRetentionClock(cfg, clock.now, clock.sleep)
-			cycle := retentionCycle(t, b.store, cfg)
-
-			// The rows' offsets past the retention as of the insert, in
-			// seconds: the cycle's start is a few milliseconds later.
-			offsets := func(deleted bool) []float64 {
-				not := ""
-				if deleted {
-					not = "NOT "
-				}
-				rows, err := b.db.Query(context.Background(), `SELECT ((g * 100 - 9950) / 1000.0)::float8 FROM generate_series(0, $1::int - 1) g
-					WHERE `+not+`EXISTS (`+exists[c.table]+`)`, rows)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out, err := pgx.CollectRows(rows, pgx.RowTo[float64])
-				if err != nil {
-					t.Fatal(err)
-				}
-				return out
-			}
-			gone, kept := offsets(true), offsets(false)
+			r := startRetention(t, b.store, cfg)
+			cycle := r.cycleWithin(t, 2*time.Minute)
+			r.stop()
+			// The cycle's start on the server's clock, which its cutoffs
+			// count from, came after the insert by at most this.
+			late := time.Since(began).Seconds()
 			took := cycle.Took.Seconds()
-			t.Logf("the cycle took %.1f s on its clock and deleted %d rows; %d are left", took, len(gone), len(kept))
-			if int64(len(gone)) != cycle.Deleted[c.table] {
-				t.Fatalf("the cycle says it deleted %v; %d rows of %s are gone", cycle.Deleted, len(gone), c.table)
+			if !c.endsAtMax && took < 10 {
+				t.Fatalf("the cycle took %.1f s: too short to tell a moving cutoff from a fixed one", took)
 			}
-			if len(kept) == 0 || len(gone) == 0 {
-				t.Fatalf("%d rows deleted, %d kept: the rows did not straddle the cycle's end", len(gone), len(kept))
-			}
-			// Nothing is deleted before it is old enough on the cycle's
-			// clock (a few milliseconds of real time between the insert
-			// and the cycle's start aside).
-			if newest := slices.Max(gone); newest > took+0.05 {
-				t.Errorf("a row %.2f s past its retention at the insert was deleted by a cycle that ended %.1f s after it began", newest, took)
-			}
-			if !c.endsAtMax {
-				if took < 10 {
-					t.Fatalf("the cycle took %.1f s: too short to tell a moving cutoff from a fixed one", took)
+			for _, a := range c.tables {
+				// The rows' offsets past the retention as of the insert,
+				// in seconds.
+				offsets := func(deleted bool) []float64 {
+					not := ""
+					if deleted {
+						not = "NOT "
+					}
+					rows, err := b.db.Query(context.Background(), `SELECT ((g * $2::int - 9950) / 1000.0)::float8
+						FROM generate_series(0, $1::int - 1) g WHERE `+not+`EXISTS (`+exists[a.table]+`)`,
+						int((10*time.Second+a.upTo)/a.every), a.every.Milliseconds())
+					if err != nil {
+						t.Fatal(err)
+					}
+					out, err := pgx.CollectRows(rows, pgx.RowTo[float64])
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out
 				}
-				// Caught up: what is left aged out less than a refresh
-				// (and a claim's spacing) before the cycle's end.
-				if oldest := slices.Min(kept); oldest < took-durable.RetentionRefresh.Seconds()-0.1 {
-					t.Errorf("a row %.2f s past its retention at the insert is left by a cycle that ended %.1f s after it began", oldest, took)
+				gone, kept := offsets(true), offsets(false)
+				t.Logf("%s: the cycle took %.1f s on its clock (%.1f s real) and deleted %d rows; %d are left", a.table, took, late, len(gone), len(kept))
+				if int64(len(gone)) != cycle.Deleted[a.table] {
+					t.Fatalf("the cycle says it deleted %v; %d rows of %s are gone", cycle.Deleted, len(gone), a.table)
 				}
-				return
-			}
-			limit := durable.RetentionCycleMax.Seconds()
-			if took < limit || took > limit+30 {
-				t.Errorf("the cycle took %.0f s; a cycle that cannot catch up ends at %.0f s", took, limit)
-			}
-			if oldest := slices.Min(kept); oldest < limit-30 {
-				t.Errorf("a row %.0f s past its retention at the insert is left by a cycle that moved its cutoff for %.0f s", oldest, limit)
+				if len(kept) == 0 || len(gone) == 0 {
+					t.Fatalf("%s: %d rows deleted, %d kept: the rows did not straddle the cycle's end", a.table, len(gone), len(kept))
+				}
+				// Nothing is deleted before it is old enough on the
+				// cycle's clock, started on the server's a little after
+				// the insert.
+				if newest := slices.Max(gone); newest > took+late {
+					t.Errorf("%s: a row %.2f s past its retention at the insert was deleted by a cycle that ended %.1f s after it began", a.table, newest, took)
+				}
+				// What is left aged out at most a.behind before the
+				// cycle's end; one that cannot catch up ends at its limit.
+				until := took
+				if c.endsAtMax {
+					limit := durable.RetentionCycleMax.Seconds()
+					if took < limit || took > limit+30 {
+						t.Errorf("the cycle took %.0f s; a cycle that cannot catch up ends at %.0f s", took, limit)
+					}
+					until = limit
+				}
+				if oldest := slices.Min(kept); oldest < until-a.behind.Seconds() {
+					t.Errorf("%s: a row %.2f s past its retention at the insert is left by a cycle that ended %.1f s after it began", a.table, oldest, took)
+				}
 			}
 		})
 	}
