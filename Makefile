@@ -159,7 +159,7 @@ bench-scale: deps deps-haproxy build
 bench-ha: deps deps-ha build
 	$(GO) run ./cmd/edgebench ha -edged bin/edged
 
-## bench-grown: first deliveries and hot duplicates on empty tables, then on a week of traffic (34.6M claims, 5M orders, 22.8M outbox rows, a day of cache entries), then retention deleting the day past it under load (about an hour)
+## bench-grown: first deliveries and hot duplicates on empty tables, then on a week of traffic (34.6M claims, 5M orders, 22.8M outbox rows, a day of cache entries), then retention deleting the day past it under load, in turns with none at first (about two hours)
 bench-grown: deps
 	$(GO) run ./cmd/edgebench run -scenario 'first,hotdup (cache on),grown' -out bench/results
 

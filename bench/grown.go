@@ -194,7 +194,12 @@ func grownRetention(ctx context.Context, e *env) error {
 	if e.grown == nil {
 		return fmt.Errorf("the %q row did not run (select the grown rows together)", grownFirst)
 	}
-	r := &retentionRun{before: grownRetentionOff, during: grownRetentionOn, of: grownFirst, figures: RetentionFigures{Target: 1.5}}
+	r := &retentionRun{before: grownRetentionOff, during: grownRetentionOn, of: grownFirst, figures: RetentionFigures{Target: 1.5},
+		turn: grownTurn, turns: grownTurns}
+	if e.cfg.Quick {
+		r.turn = e.cfg.Duration / 4
+	}
+	r.figures.TurnSeconds, r.figures.Turns = r.turn.Seconds(), r.turns
 	r.figures.Backlog = int(e.grown.figures.Rows["notify_claim"]) / e.grown.figures.Week.Days
 	r.outboxBacklog = int(e.grown.figures.Rows["outbox"]) / e.grown.figures.Week.Days
 	if err := r.measurePeak(ctx, e); err != nil {
@@ -203,6 +208,16 @@ func grownRetention(ctx context.Context, e *env) error {
 	r.register(e)
 	return nil
 }
+
+// grownTurn is the turn the grown day's deletion alternates in with none,
+// for grownTurns turns (retention first) before it runs to its end: 40
+// minutes, half of them deleting, about a quarter of the day. Five minutes
+// hold a checkpoint's flush or most of one; eight turns give each side
+// four (Quick: a quarter of the attack's second each).
+const (
+	grownTurn  = 5 * time.Minute
+	grownTurns = 8
+)
 
 // finishGrownRetention is finishRetention, then the tables' sizes after the
 // deletion (dead rows and all: no vacuum is forced).

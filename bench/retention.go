@@ -80,7 +80,8 @@ type RetentionFigures struct {
 	// right after the backlog was deleted.
 	AgesReadMillis  float64 `json:"oldest_row_ages_read_ms"`
 	DeletedInAttack int64   `json:"deleted_during_attack"`
-	// Deleted is what the leader's first cycle deleted, by table.
+	// Deleted is what the leader's first whole cycle deleted, by table,
+	// with what the turns before it deleted.
 	Deleted map[string]int64 `json:"deleted_by_table"`
 	Batches int64            `json:"batches"`
 	// CallbackLockWaits are the log's "still waiting for" lines of callback
@@ -93,6 +94,21 @@ type RetentionFigures struct {
 	// Events are the autovacuum runs and checkpoints the Postgres log
 	// reports over both rows, with their offset from the first attack.
 	Events []string `json:"postgres_events,omitempty"`
+	// TurnSeconds, when set, is the turn the deletion alternated in with
+	// none, Turns turns from the second attack's start (retention first),
+	// before it ran to its end: both sides then meet the same
+	// checkpoints, vacuums and growth, which a row before the deletion
+	// does not. P99On and P99Off are the p99s, ms, of the requests sent in
+	// its turns with retention and in those without, TurnRatio On over
+	// Off: retention's own share of the second row's p99 (its dead rows
+	// and WAL spill over into the turns without, so the share errs low).
+	TurnSeconds float64 `json:"turn_seconds,omitempty"`
+	// OffSeconds is how much of DeleteSeconds was turns without retention.
+	OffSeconds float64 `json:"turns_off_seconds,omitempty"`
+	Turns      int     `json:"turns,omitempty"`
+	P99On      float64 `json:"p99_turns_on_ms,omitempty"`
+	P99Off     float64 `json:"p99_turns_off_ms,omitempty"`
+	TurnRatio  float64 `json:"p99_turns_ratio,omitempty"`
 	// P99BySecond are the two rows' p99 in ms, second by second of their
 	// attacks.
 	P99BySecondWithout []float64 `json:"p99_by_second_without_ms"`
@@ -109,8 +125,17 @@ type retentionRun struct {
 	// claims (figures.Backlog).
 	outboxBacklog int
 	figures       RetentionFigures
-	logFrom       int64     // the Postgres log's size when the rows began
-	attacked      time.Time // when the first row's attack began (about)
+	// turn, when set, alternates the deletion with none, turn each, for
+	// turns turns from the second attack's start (retention first); then
+	// the deletion runs to its end.
+	turn  time.Duration
+	turns int
+	// marks are when each turn began, from start, and attackAt when the
+	// second attack began, a little after start (both under mu).
+	marks    []turnMark
+	attackAt time.Time
+	logFrom  int64     // the Postgres log's size when the rows began
+	attacked time.Time // when the first row's attack began (about)
 	// wal is the WAL position at the first attack, at the second, and at
 	// the second's end.
 	wal       [3]int64
@@ -126,6 +151,13 @@ type retentionRun struct {
 	cycleEnd time.Time
 	stop     context.CancelFunc
 	done     chan struct{}
+}
+
+// turnMark is when a turn of the second row began, from the retention
+// loop's start, and whether retention ran in it.
+type turnMark struct {
+	at time.Duration
+	on bool
 }
 
 // seedExpiredClaims (the first row's setup) measures the "first" peak if
@@ -251,9 +283,85 @@ func startRetention(ctx context.Context, e *env) error {
 	}
 	go func() {
 		defer close(r.done)
-		e.st.Store.RunRetention(rctx, cfg)
+		r.alternate(rctx, e, cfg)
 	}()
 	return nil
+}
+
+// turnLockID is the first of the lock ids the turns with retention run
+// under: retention's own default plus one.
+const turnLockID = int64(0x726574656e74) + 1
+
+// alternate runs the retention loop as a node does until ctx ends: in
+// turns of r.turn, on and off, for r.turns turns, then on. Each turn on is
+// a RunRetention of its own under a lock id of its own, so that the
+// previous turn's session, which may outlive its cancelled statement for
+// a moment, cannot keep the next one a standby for an Interval.
+func (r *retentionRun) alternate(ctx context.Context, e *env, cfg durable.RetentionConfig) {
+	for i := 0; ctx.Err() == nil; i++ {
+		last := r.turn <= 0 || i >= r.turns
+		on := last || i%2 == 0
+		r.mu.Lock()
+		r.marks = append(r.marks, turnMark{at: time.Since(r.start), on: on})
+		r.mu.Unlock()
+		if last {
+			e.st.Store.RunRetention(ctx, cfg)
+			return
+		}
+		tctx, cancel := context.WithTimeout(ctx, r.turn)
+		if on {
+			turn := cfg
+			turn.LockID = turnLockID + int64(i)
+			e.st.Store.RunRetention(tctx, turn)
+		} else {
+			<-tctx.Done()
+		}
+		cancel()
+	}
+}
+
+// offBefore is how long retention was off, in its turns, in the first t
+// of the loop.
+func (r *retentionRun) offBefore(t time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var off time.Duration
+	for i, m := range r.marks {
+		if m.on || m.at >= t {
+			continue
+		}
+		end := t
+		if i+1 < len(r.marks) {
+			end = min(end, r.marks[i+1].at)
+		}
+		off += end - m.at
+	}
+	return off
+}
+
+// turnLatencies splits the second attack's points by the alternating turn
+// they were sent in, with retention (on) or without (off); the points
+// after the alternating turns are left out.
+func (r *retentionRun) turnLatencies(points []Point) (on, off []time.Duration) {
+	r.mu.Lock()
+	marks := append([]turnMark(nil), r.marks...)
+	// The points count from the attack's start, the marks from the loop's.
+	lead := r.attackAt.Sub(r.start)
+	r.mu.Unlock()
+	for _, p := range points {
+		k := -1
+		for k+1 < len(marks) && marks[k+1].at <= p.At+lead {
+			k++
+		}
+		switch {
+		case k < 0 || k >= r.turns:
+		case marks[k].on:
+			on = append(on, p.Latency)
+		default:
+			off = append(off, p.Latency)
+		}
+	}
+	return on, off
 }
 
 // retentionBaseline is how long the row without retention runs (Quick:
@@ -287,15 +395,16 @@ func ordersWithout(of string, share float64) func(*env) int {
 
 // ordersUntilDeleted is how many fresh orders untilDeleted may take: its
 // rate for half as long again as the backlog takes at the catch-up rate
-// (the checkpoints' WAL may lower that rate), but no longer than the
-// attack may last (maxDeletion). Retention walks the tables side by side,
+// (the checkpoints' WAL may lower that rate), and the turns without
+// retention, but no longer than the attack may last (maxDeletion). Retention walks the tables side by side,
 // each at what ages out (a few rows a second here) plus its catch-up rate,
 // so the larger table's backlog sets the time.
 func ordersUntilDeleted(of string, share float64) func(*env) int {
 	return func(e *env) int {
 		r := e.retention
 		backlog := float64(max(r.figures.Backlog, r.outboxBacklog))
-		secs := min(1.5*backlog/deletionRate, maxDeletion.Seconds()) + e.cfg.Duration.Seconds()
+		off := time.Duration(r.turns/2) * r.turn
+		secs := min(1.5*backlog/deletionRate+off.Seconds(), maxDeletion.Seconds()) + e.cfg.Duration.Seconds()
 		return int(float64(e.rateAt(of, share))*secs) + 1000
 	}
 }
@@ -307,8 +416,8 @@ const deletionRate = 1000
 
 // maxDeletion bounds the wait for the backlog to be deleted: a grown
 // week's day (4.3 million claims) takes about 70 minutes at the catch-up
-// rate.
-const maxDeletion = 90 * time.Minute
+// rate, and its turns without retention 20 more.
+const maxDeletion = 2 * time.Hour
 
 // untilDeleted is vegeta at share of the named scenario's closed-loop
 // req/s (as atPeakShare) from the start of the retention loop until its
@@ -328,6 +437,9 @@ func untilDeleted(of string, share float64) driver {
 			case <-actx.Done():
 			}
 		}()
+		r.mu.Lock()
+		r.attackAt = time.Now()
+		r.mu.Unlock()
 		return openLoop(actx, e.tg, s.name, url, e.rateAt(of, share), maxDeletion, s.source(e.pool), t, e.cfg.Progress), nil
 	}
 }
@@ -344,7 +456,7 @@ func finishRetention(ctx context.Context, e *env) error {
 	case <-r.cycled:
 		ended = r.cycleEnd
 	case <-ctx.Done():
-	case <-time.After(maxDeletion):
+	case <-time.After(time.Until(r.start.Add(maxDeletion)) + time.Minute):
 	}
 	r.stop()
 	<-r.done
@@ -360,6 +472,9 @@ func finishRetention(ctx context.Context, e *env) error {
 		f.AgesReadMillis = millis(time.Since(t0))
 	}
 	f.DeleteSeconds = ended.Sub(r.start).Seconds()
+	if !ended.IsZero() {
+		f.OffSeconds = r.offBefore(ended.Sub(r.start)).Seconds()
+	}
 	f.DeletedInAttack, f.Batches = r.deleted.Load(), r.batches.Load()
 	r.mu.Lock()
 	f.Errors, f.Deleted = r.errs, r.deletedBy
@@ -411,6 +526,10 @@ func (e *env) retentionFigures(rep *Report, before string) *RetentionFigures {
 		f.P99BySecondWithout, f.P99BySecondWith = p99BySecond(b.Points), p99BySecond(d.Points)
 		if f.P99Without > 0 {
 			f.Ratio = f.P99With / f.P99Without
+		}
+		if on, off := r.turnLatencies(d.Points); len(on) > 0 && len(off) > 0 {
+			f.P99On, f.P99Off = millis(percentilesOf(on).P99), millis(percentilesOf(off).P99)
+			f.TurnRatio = f.P99On / f.P99Off
 		}
 	}
 	return &f
@@ -465,8 +584,17 @@ func (f *RetentionFigures) table() string {
 		f.Backlog, f.SeedSeconds, f.LoadAvgBefore, f.LoadAvgAfter)
 	fmt.Fprintf(&b, "  first deliveries at half the \"first\" peak (%.0f req/s): p99 %.2f ms without retention, %.2f ms while it deletes: ratio %.2f (target <= %.1f)\n",
 		f.FirstPeak, f.P99Without, f.P99With, f.Ratio, f.Target)
-	fmt.Fprintf(&b, "  backlog deleted in %.1f s (%d batches; %d rows during the attack, which began %+.1f s after the first); the first cycle deleted %v\n",
-		f.DeleteSeconds, f.Batches, f.DeletedInAttack, f.SecondAttackAt, f.Deleted)
+	if f.TurnSeconds > 0 {
+		fmt.Fprintf(&b, "  in %d turns of %s, retention first, then none: p99 %.2f ms with, %.2f ms without: ratio %.2f (target <= %.1f)\n",
+			f.Turns, seconds(f.TurnSeconds), f.P99On, f.P99Off, f.TurnRatio, f.Target)
+	}
+	off, cycle := "", "the first cycle"
+	if f.TurnSeconds > 0 {
+		off = fmt.Sprintf(", %s of turns without retention included", seconds(f.OffSeconds))
+		cycle = "the first whole cycle and the turns before it"
+	}
+	fmt.Fprintf(&b, "  backlog deleted in %.1f s%s (%d batches; %d rows during the attack, which began %+.1f s after the first); %s deleted %v\n",
+		f.DeleteSeconds, off, f.Batches, f.DeletedInAttack, f.SecondAttackAt, cycle, f.Deleted)
 	fmt.Fprintf(&b, "  WAL written: %.1f MiB/s without retention, %.1f MiB/s while it deletes (vacuum included)\n", f.WALWithout, f.WALWith)
 	fmt.Fprintf(&b, "  notifyedge_oldest_row_age_seconds read in %.1f ms right after\n", f.AgesReadMillis)
 	fmt.Fprintf(&b, "  lock waits over 50 ms in the Postgres log: %d by callbacks, %d by others\n", len(f.CallbackLockWaits), len(f.OtherLockWaits))
@@ -482,6 +610,11 @@ func (f *RetentionFigures) table() string {
 		fmt.Fprintf(&b, "  postgres: %s\n", ev)
 	}
 	return b.String()
+}
+
+// seconds renders s seconds as a duration ("250ms", "20m0s").
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }
 
 // bySecond summarises per-second p99s against the row without retention:

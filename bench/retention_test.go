@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +194,42 @@ func TestLockWaitsClassified(t *testing.T) {
 	}
 	if len(others) != 3 || !strings.Contains(others[0], "pg_notify") || !strings.Contains(others[1], "notifyedge-retention") || !strings.Contains(others[2], "[4626]") {
 		t.Errorf("other waits %q, want the notifier's (with and without its statement) and retention's", others)
+	}
+}
+
+// A request counts for the turn it was sent in: with retention, without,
+// or after the alternating turns, where it counts for neither.
+func TestTurnLatencies(t *testing.T) {
+	r := &retentionRun{turns: 2, marks: []turnMark{{0, true}, {10 * time.Second, false}, {20 * time.Second, true}}}
+	points := []Point{
+		{At: time.Second, Latency: 1 * time.Millisecond},
+		{At: 9 * time.Second, Latency: 2 * time.Millisecond},
+		{At: 10 * time.Second, Latency: 3 * time.Millisecond},
+		{At: 19 * time.Second, Latency: 4 * time.Millisecond},
+		{At: 20 * time.Second, Latency: 5 * time.Millisecond},
+		{At: 90 * time.Second, Latency: 6 * time.Millisecond},
+	}
+	on, off := r.turnLatencies(points)
+	if want := []time.Duration{time.Millisecond, 2 * time.Millisecond}; !slices.Equal(on, want) {
+		t.Errorf("with retention: %v, want %v", on, want)
+	}
+	if want := []time.Duration{3 * time.Millisecond, 4 * time.Millisecond}; !slices.Equal(off, want) {
+		t.Errorf("without: %v, want %v", off, want)
+	}
+	if got := r.offBefore(15 * time.Second); got != 5*time.Second {
+		t.Errorf("off in the first 15 s: %v, want 5s", got)
+	}
+	if got := r.offBefore(time.Hour); got != 10*time.Second {
+		t.Errorf("off in the first hour: %v, want 10s", got)
+	}
+	// An attack begun 2 s after the loop: its 9 s are the loop's 11 s.
+	r.start = time.Now()
+	r.attackAt = r.start.Add(2 * time.Second)
+	on, off = r.turnLatencies(points)
+	if want := []time.Duration{time.Millisecond}; !slices.Equal(on, want) {
+		t.Errorf("an attack 2 s late, with retention: %v, want %v", on, want)
+	}
+	if want := []time.Duration{2 * time.Millisecond, 3 * time.Millisecond}; !slices.Equal(off, want) {
+		t.Errorf("an attack 2 s late, without: %v, want %v", off, want)
 	}
 }

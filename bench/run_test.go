@@ -288,6 +288,12 @@ func TestBenchGrownQuick(t *testing.T) {
 	if g.Retention == nil || g.Retention.DeleteSeconds <= 0 || len(g.SizesAfter) == 0 {
 		t.Fatalf("grown retention: %+v, sizes after %+v", g.Retention, g.SizesAfter)
 	}
+	// The deletion alternated with none in its first turns, and requests
+	// were sent in both.
+	if f := g.Retention; f.Turns != grownTurns || f.TurnSeconds <= 0 || f.P99On <= 0 || f.P99Off <= 0 || f.TurnRatio <= 0 {
+		t.Errorf("grown retention's turns: %d of %.3f s, p99 %.2f ms with and %.2f ms without, ratio %.2f",
+			f.Turns, f.TurnSeconds, f.P99On, f.P99Off, f.TurnRatio)
+	}
 	// The day past retention: a claim and two thirds of an outbox row for
 	// each of its first deliveries.
 	if d := g.Retention.Deleted; d["notify_claim"] < int64(w.PerDay) || d["outbox"] < int64(float64(w.PerDay)*w.OutboxPerClaim)-1 {
