@@ -41,9 +41,9 @@ func retentionBacklog(quick bool) int {
 // (168h), as a backlog is.
 const expiredAge = 200 * time.Hour
 
-// callbackApp is the application_name of the callback pools (the edge's,
-// and the shipper's Store): durable.New's default. Retention, the relay
-// and operator reads have names of their own.
+// callbackApp is the application_name of the callback pools (the edge's):
+// durable.New's default. Retention, the relay, operator reads and the
+// shipper (its binary's, and the bench's own) have names of their own.
 const callbackApp = "notifyedge"
 
 // RetentionFigures are the retention rows' figures.

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
@@ -472,5 +475,39 @@ func TestPatchUnchangedKeepsTheSchedule(t *testing.T) {
 	}
 	if step, scheduled, age := read(); step != 0 || scheduled || age > 10*time.Minute {
 		t.Errorf("a correction: step %d, scheduled %v, registered %v ago; want the schedule started over", step, scheduled, age)
+	}
+}
+
+// A process other than edged names its pools' sessions (Config.Application)
+// where the URL names none; a URL's own name wins.
+func TestStoreApplicationName(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	names := func() []string {
+		rows, err := b.db.Query(ctx, `SELECT DISTINCT application_name FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'app-test%' ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	s := newStore(t, b.url, durable.Config{Application: "app-test-shipper", NoMigrate: true})
+	// An operator call opens the operator pool's first session; the
+	// order need not exist.
+	_ = s.PatchOrder(ctx, "O-none", 1, "CNY")
+	if got := names(); !slices.Contains(got, "app-test-shipper") || !slices.Contains(got, "app-test-shipper-ops") {
+		t.Errorf("sessions named %v, want app-test-shipper and its operator pool's app-test-shipper-ops", got)
+	}
+	sep := "?"
+	if strings.Contains(b.url, "?") {
+		sep = "&"
+	}
+	newStore(t, b.url+sep+"application_name=app-test-url", durable.Config{Application: "app-test-ignored", NoMigrate: true})
+	if got := names(); slices.Contains(got, "app-test-ignored") || !slices.Contains(got, "app-test-url") {
+		t.Errorf("sessions named %v: the URL's application_name must win", got)
 	}
 }

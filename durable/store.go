@@ -41,6 +41,11 @@ var (
 type Config struct {
 	// URL is the Postgres connection string (DATABASE_URL).
 	URL string
+	// Application is the pools' application_name where URL sets none
+	// (default "notifyedge", the callbacks'): a process other than edged
+	// names its sessions, so that the server's activity and lock-wait logs
+	// tell them from the callbacks'.
+	Application string
 	// MaxConns caps the pool (default 32). pgxpool's own default is
 	// max(4, NumCPU): far too few for a callback storm.
 	MaxConns int32
@@ -181,7 +186,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	app := cmp.Or(pc.ConnConfig.RuntimeParams["application_name"], "notifyedge")
+	app := cmp.Or(pc.ConnConfig.RuntimeParams["application_name"], cfg.Application, "notifyedge")
 	oc := pc.Copy()
 
 	pc.MaxConns, pc.MinConns = cfg.MaxConns, cfg.MinConns

@@ -50,7 +50,7 @@ func main() {
 		tp.Shutdown(sctx)
 		cancel()
 	}()
-	store, err := durable.New(ctx, durable.Config{URL: dbURL, MaxConns: 8, MinConns: 2, Tracer: instrument.Postgres(tp)})
+	store, err := durable.New(ctx, durable.Config{URL: dbURL, Application: "notifyedge-shipper", MaxConns: 8, MinConns: 2, Tracer: instrument.Postgres(tp)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shipper:", err)
 		os.Exit(1)
