@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/durabletest"
 	"github.com/notifyedge/notifyedge/durable/wait"
@@ -484,16 +482,8 @@ func TestStoreApplicationName(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	names := func() []string {
-		rows, err := b.db.Query(ctx, `SELECT DISTINCT application_name FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name LIKE 'app-test%' ORDER BY 1`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
+		return b.strings(t, `SELECT DISTINCT application_name FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'app-test%'`)
 	}
 	s := newStore(t, b.url, durable.Config{Application: "app-test-shipper", NoMigrate: true})
 	// An operator call opens the operator pool's first session; the
