@@ -396,9 +396,10 @@ func ordersWithout(of string, share float64) func(*env) int {
 // ordersUntilDeleted is how many fresh orders untilDeleted may take: its
 // rate for half as long again as the backlog takes at the catch-up rate
 // (the checkpoints' WAL may lower that rate), and the turns without
-// retention, but no longer than the attack may last (maxDeletion). Retention walks the tables side by side,
-// each at what ages out (a few rows a second here) plus its catch-up rate,
-// so the larger table's backlog sets the time.
+// retention, but no longer than the attack may last (maxDeletion).
+// Retention walks the tables side by side, each at what ages out (a few
+// rows a second here) plus its catch-up rate, so the larger table's
+// backlog sets the time.
 func ordersUntilDeleted(of string, share float64) func(*env) int {
 	return func(e *env) int {
 		r := e.retention

@@ -422,8 +422,9 @@ const (
 	retentionCycleMax = 10 * time.Minute
 )
 
-// refresh moves a walk that has ended (done) on to a cutoff as of now, if its own is retentionRefresh old or more and the cycle, begun at
-// start, is younger than retentionCycleMax. With a cutoff fixed for the
+// refresh moves a walk that has ended (done) on to a cutoff as of now, if
+// its own is retentionRefresh old or more and the cycle, begun at start,
+// is younger than retentionCycleMax. With a cutoff fixed for the
 // whole cycle, the rows that aged out while it ran would wait for the
 // next one, a sleep later: a cycle that takes T, Interval apart, would
 // leave rows Interval+T past their retention, and T grows with the insert
