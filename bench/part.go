@@ -300,7 +300,7 @@ func serveRelay(ctx context.Context, spec partSpec, stops *[]func()) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	*stops = append(*stops, store.Close)
-	shipStore, err := durable.New(ctx, durable.Config{URL: withApplicationName(spec.DBURL, shipApplication),
+	shipStore, err := durable.New(ctx, durable.Config{URL: spec.DBURL, Application: shipApplication,
 		StatementTimeout: spec.Budget, MaxConns: 8, MinConns: 2, NoMigrate: true})
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)

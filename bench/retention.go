@@ -290,7 +290,7 @@ func startRetention(ctx context.Context, e *env) error {
 
 // turnLockID is the first of the lock ids the turns with retention run
 // under: retention's own default plus one.
-const turnLockID = int64(0x726574656e74) + 1
+const turnLockID = durable.RetentionLockID + 1
 
 // alternate runs the retention loop as a node does until ctx ends: in
 // turns of r.turn, on and off, for r.turns turns, then on. Each turn on is

@@ -145,9 +145,10 @@ type RetentionCycle struct {
 	OthersWAL int64
 }
 
-// retentionLockID is retention's own advisory lock, apart from the relay's
-// (relayLockID): the two lead independently, possibly on different nodes.
-const retentionLockID = int64(0x726574656e74) // "retent"
+// RetentionLockID is retention's own advisory lock (RetentionConfig's
+// default LockID), apart from the relay's (relayLockID): the two lead
+// independently, possibly on different nodes.
+const RetentionLockID = int64(0x726574656e74) // "retent"
 
 func (c RetentionConfig) withDefaults() (RetentionConfig, error) {
 	c.ClaimRetention = cmp.Or(c.ClaimRetention, DefaultClaimRetention)
@@ -160,7 +161,7 @@ func (c RetentionConfig) withDefaults() (RetentionConfig, error) {
 	c.Interval = cmp.Or(c.Interval, time.Minute)
 	c.LockTimeout = cmp.Or(c.LockTimeout, 100*time.Millisecond)
 	c.StatementTimeout = cmp.Or(c.StatementTimeout, 5*time.Second)
-	c.LockID = cmp.Or(c.LockID, retentionLockID)
+	c.LockID = cmp.Or(c.LockID, RetentionLockID)
 	if c.sleep == nil {
 		c.sleep = wait.Sleep
 	}
@@ -365,7 +366,10 @@ var retentionPlanner = map[string]string{
 func (s *Store) retain(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig) error {
 	// Each table's WAL per deleted row, and the other sessions' WAL rate,
 	// carried from cycle to cycle.
-	perRow := make(map[string]walPerRow, len(retentionPlan))
+	perRow := make(map[string]*walPerRow, len(retentionPlan))
+	for _, t := range retentionPlan {
+		perRow[t.name] = &walPerRow{}
+	}
 	var meter walMeter
 	for {
 		start := cfg.now()
@@ -407,8 +411,8 @@ type retentionWalk struct {
 	sched  retentionSchedule
 	done   bool
 	// walPerRow is the WAL a deleted row of the table writes, over its
-	// batches.
-	walPerRow walPerRow
+	// batches (the leader's, carried from cycle to cycle).
+	walPerRow *walPerRow
 }
 
 // retentionRefresh is how old a walk's cutoff may be when it finds
@@ -451,7 +455,7 @@ func (w *retentionWalk) refresh(now, start time.Time) {
 // never two batches closer than MinPause or than the previous batch took.
 // perRow carries each table's WAL per deleted row from cycle to cycle, and
 // meter the other sessions' WAL rate.
-func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, perRow map[string]walPerRow, meter *walMeter) (RetentionCycle, error) {
+func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, perRow map[string]*walPerRow, meter *walMeter) (RetentionCycle, error) {
 	now, walRate, err := readCycleStart(ctx, conn)
 	if err != nil {
 		return RetentionCycle{}, wrap(ctx, "retention: read the clock and the checkpoint settings", err)
@@ -489,7 +493,7 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 			return cycle, ctx.Err()
 		}
 		began := cfg.now()
-		b, err := s.retentionBatch(ctx, conn, cfg, w, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow.bytes(), walking), meter)
+		b, err := s.retentionBatch(ctx, conn, cfg, w, began, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow.bytes(), walking), meter)
 		if err != nil {
 			return cycle, wrap(ctx, "retention: delete from "+w.table.name, err)
 		}
@@ -503,7 +507,6 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		cycle.OthersWAL += b.others
 		if b.n > 0 {
 			w.walPerRow.add(b.wal, b.n)
-			perRow[w.table.name] = w.walPerRow
 			cycle.Deleted[w.table.name] += b.n
 			if cfg.OnDeleted != nil {
 				cfg.OnDeleted(w.table.name, b.n)
@@ -543,12 +546,12 @@ type retentionBatchResult struct {
 	wal, others int64
 }
 
-// retentionBatch runs w's next batch, moves w on past it (its cursor, its
-// schedule at the insert rate plus catchUp, done once nothing old enough
-// is left), and returns what it did, its WAL told from others' by meter.
-func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk, catchUp float64, meter *walMeter) (retentionBatchResult, error) {
+// retentionBatch runs w's next batch, begun at began, moves w on past it
+// (its cursor, its schedule at the insert rate plus catchUp, done once
+// nothing old enough is left), and returns what it did, its WAL told from
+// others' by meter.
+func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg RetentionConfig, w *retentionWalk, began time.Time, catchUp float64, meter *walMeter) (retentionBatchResult, error) {
 	var r retentionBatchResult
-	began := cfg.now()
 	var walBefore, walAfter int64
 	if err := conn.QueryRow(ctx, sqlWALPosition).Scan(&walBefore); err != nil {
 		return r, err

@@ -113,13 +113,6 @@ func RetentionBatchConn(ctx context.Context, s *Store, table string) (*pgx.Conn,
 	return nil, "", fmt.Errorf("no retention table %q", table)
 }
 
-// WithRetentionSleep returns cfg with the waits between its batches made by
-// sleep instead of wait.Sleep.
-func WithRetentionSleep(cfg RetentionConfig, sleep func(context.Context, time.Duration) bool) RetentionConfig {
-	cfg.sleep = sleep
-	return cfg
-}
-
 // CheckpointWALRate reads the server's checkpoint WAL rate, in bytes a
 // second, as a retention cycle does at its start.
 func CheckpointWALRate(ctx context.Context, s *Store) (float64, error) {
@@ -127,8 +120,9 @@ func CheckpointWALRate(ctx context.Context, s *Store) (float64, error) {
 	return rate, err
 }
 
-// WithRetentionClock returns cfg with its batches scheduled by now and the
-// waits between them made by sleep, instead of the wall clock's.
+// WithRetentionClock returns cfg with its batches scheduled by now (nil:
+// the wall clock) and the waits between them made by sleep instead of
+// wait.Sleep.
 func WithRetentionClock(cfg RetentionConfig, now func() time.Time, sleep func(context.Context, time.Duration) bool) RetentionConfig {
 	cfg.now, cfg.sleep = now, sleep
 	return cfg

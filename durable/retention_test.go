@@ -733,7 +733,7 @@ func TestRetentionCatchUpKeepsToItsWALShare(t *testing.T) {
 		cfg.Batch = 100
 		cfg.CatchUpRate = 1e9
 		cfg.CheckpointShare = c.share
-		cfg = durable.WithRetentionSleep(cfg, func(ctx context.Context, d time.Duration) bool {
+		cfg = durable.WithRetentionClock(cfg, nil, func(ctx context.Context, d time.Duration) bool {
 			mu.Lock()
 			longest = max(longest, d)
 			mu.Unlock()
