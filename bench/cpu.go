@@ -58,6 +58,9 @@ type CPUCost struct {
 	// Redis is the cache's redis-server process (and the stream's, unless
 	// the stream has one of its own).
 	Redis *float64 `json:"redis"`
+	// Forwarder is the webhook forwarder's process, where a run starts one
+	// (the soak).
+	Forwarder *float64 `json:"forwarder,omitempty"`
 	// StreamRedis is the outbox stream's own redis-server, when the run
 	// gave it one (Config.StreamRedis).
 	StreamRedis *float64 `json:"stream_redis,omitempty"`
@@ -81,6 +84,7 @@ const (
 	colStreamRedis
 	colPostgresShip
 	colPostgresRelay
+	colForwarder
 	nCols
 )
 
@@ -96,7 +100,7 @@ type cpuSample struct {
 
 // cpuProbe knows where each part runs. A zero pid is a part not read.
 type cpuProbe struct {
-	edge, relay, postgres int
+	edge, relay, postgres, forwarder int
 	// redis is the address of our own stack's redis-server ("": not
 	// ours); its pid is asked at every sample, because the redis-down
 	// scenario restarts it. streamRedis is the stream's own, if any.
@@ -153,7 +157,7 @@ func (p *cpuProbe) sample() cpuSample {
 	if t, err := machineBusyTicks(); err == nil {
 		s.ticks[colMachine], s.ok[colMachine] = t, true
 	}
-	for col, pid := range map[int]int{colEdge: p.edge, colPostgres: p.postgres, colRedis: redisPID, colRelay: p.relay, colStreamRedis: streamPID} {
+	for col, pid := range map[int]int{colEdge: p.edge, colPostgres: p.postgres, colRedis: redisPID, colRelay: p.relay, colStreamRedis: streamPID, colForwarder: p.forwarder} {
 		if pid == 0 {
 			continue
 		}
@@ -186,7 +190,8 @@ func cost(before, after cpuSample, n int) CPUCost {
 	}
 	return CPUCost{Machine: out[colMachine], Edge: out[colEdge], Postgres: out[colPostgres],
 		Redis: out[colRedis], Relay: out[colRelay], Driver: out[colDriver], PostgresEdge: out[colPostgresEdge],
-		StreamRedis: out[colStreamRedis], PostgresShip: out[colPostgresShip], PostgresRelay: out[colPostgresRelay]}
+		StreamRedis: out[colStreamRedis], PostgresShip: out[colPostgresShip], PostgresRelay: out[colPostgresRelay],
+		Forwarder: out[colForwarder]}
 }
 
 // backendsOf returns the pids of the backends whose application_name is

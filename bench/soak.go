@@ -25,7 +25,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
-	"github.com/notifyedge/notifyedge/bench/procstat"
 	"github.com/notifyedge/notifyedge/claimcache/claimcachetest"
 	"github.com/notifyedge/notifyedge/durable"
 	"github.com/notifyedge/notifyedge/durable/pgtemp"
@@ -322,7 +321,8 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 			row.ReqPerSec, millis(row.Lat.P50), millis(row.Lat.P99), millis(row.Lat.Max), rep.LeadInNon200)
 	}
 	start := time.Now()
-	cpuFrom := st.cpuTicks(ctx)
+	probe := st.cpuProbe(ctx)
+	cpuFrom := probe.sample()
 	// The seeding's oldest claim crosses the retention lead after its At.
 	rep.RetentionFrom = plan.At.Add(lead).Sub(start).Seconds()
 	say("soak: the oldest seeded claim crossed the retention %.0f s into the soak", rep.RetentionFrom)
@@ -361,7 +361,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 			at.Seconds(), row.ReqPerSec, millis(row.Lat.P50), millis(row.Lat.P99), millis(row.Lat.Max), non200, rep.last().EdgedMiB, rep.last().RedisMiB)
 	}
 	soakEnd := time.Since(start).Seconds()
-	rep.cpu(cpuFrom, st.cpuTicks(ctx), soakEnd)
+	rep.cpu(cpuFrom, probe.sample(), soakEnd)
 	stopSampling()
 	<-sampled
 	rep.LoadAvgAfter = loadAvg()
@@ -483,48 +483,31 @@ func (st *soakStack) start(ctx context.Context, cfg SoakConfig) error {
 	return nil
 }
 
-// cpuTicks reads the CPU the soak's processes have used, in clock ticks,
-// by the names CPUPerRequest gives them; a process it cannot find is left
-// out.
-func (st *soakStack) cpuTicks(ctx context.Context) map[string]uint64 {
-	pids := map[string]int{"edged": pidOf(st.edged), "shipper": pidOf(st.shipper), "forwarder": pidOf(st.forwarder),
-		"postgres": postmasterPID(ctx, st.db), "cache redis": redisServerPID(st.cache.Addr()), "stream redis": redisServerPID(st.stream.Addr())}
-	out := map[string]uint64{}
-	procs, err := readAllProcStats()
-	if err != nil {
-		return out
-	}
-	for name, pid := range pids {
-		if t, ok := treeTicks(procs, pid); ok && pid != 0 {
-			out[name] = t
-		}
-	}
-	// The bench's own time only: its children are the columns above.
-	if self, ok := procs[os.Getpid()]; ok {
-		out["bench"] = self.UTime + self.STime
-	}
-	if t, err := machineBusyTicks(); err == nil {
-		out["machine"] = t
-	}
-	return out
+// cpuProbe reads the soak's processes: the shipper in the relay's column
+// (edged runs the relay here), the forwarder in its own.
+func (st *soakStack) cpuProbe(ctx context.Context) *cpuProbe {
+	return &cpuProbe{edge: pidOf(st.edged), relay: pidOf(st.shipper), forwarder: pidOf(st.forwarder),
+		postgres: postmasterPID(ctx, st.db), redis: st.cache.Addr(), streamRedis: st.stream.Addr()}
 }
 
-// cpu fills CPUPerRequest and Cores from two cpuTicks readings secs apart,
-// around the slices.
-func (r *SoakReport) cpu(from, to map[string]uint64, secs float64) {
+// soakCPUNames names CPUCost's columns as the soak reports them, in the
+// order it prints them.
+var soakCPUNames = []string{"edged", "shipper", "forwarder", "postgres", "cache redis", "stream redis", "bench", "machine"}
+
+// cpu fills CPUPerRequest and Cores from two samples secs apart, around
+// the slices.
+func (r *SoakReport) cpu(before, after cpuSample, secs float64) {
 	requests := 0
 	for _, s := range r.Slices {
 		requests += s.Requests
 	}
 	r.CPUPerRequest, r.Cores = map[string]float64{}, map[string]float64{}
-	tick := 1 / float64(procstat.ClockTicks())
-	for name, t := range to {
-		f, ok := from[name]
-		if !ok || t < f || requests == 0 || secs <= 0 {
+	c := cost(before, after, requests)
+	for i, v := range []*float64{c.Edge, c.Relay, c.Forwarder, c.Postgres, c.Redis, c.StreamRedis, c.Driver, c.Machine} {
+		if v == nil || secs <= 0 {
 			continue
 		}
-		used := float64(t-f) * tick
-		r.CPUPerRequest[name], r.Cores[name] = used*1e6/float64(requests), used/secs
+		r.CPUPerRequest[soakCPUNames[i]], r.Cores[soakCPUNames[i]] = *v, *v*float64(requests)/1e6/secs
 	}
 }
 
@@ -861,7 +844,7 @@ func (r *SoakReport) Table() string {
 		fmt.Fprintf(&b, "p99 inside the checkpoint from %.0f to %.0f s (%d whole slices): %.2f ms\n", w.Start, w.End, w.Slices, w.P99)
 	}
 	var cpu []string
-	for _, name := range []string{"edged", "shipper", "forwarder", "postgres", "cache redis", "stream redis", "bench", "machine"} {
+	for _, name := range soakCPUNames {
 		if v, ok := r.CPUPerRequest[name]; ok {
 			cpu = append(cpu, fmt.Sprintf("%s %.0f µs (%.2f cores)", name, v, r.Cores[name]))
 		}
