@@ -106,10 +106,11 @@ const notifyLock = "AccessExclusiveLock on object 0 of class 1262 of database 0"
 // lockWaits reads the Postgres log from offset and returns its "still
 // waiting for" lines (log_lock_waits), each with the STATEMENT line that
 // follows it, split by whether the waiter is a callback: a session of a
-// callback pool (application_name callbackApp, which log_line_prefix puts
-// after the pid) other than the Store's out-of-band NOTIFY (pg_notify on
-// its own statement after a callback committed, which no callback waits
-// for, named by its statement or by the lock it waits for).
+// callback pool (application_name callbackApp, or edgeApplication for the
+// bench's own edge, which log_line_prefix puts after the pid) other than
+// the Store's out-of-band NOTIFY (pg_notify on its own statement after a
+// callback committed, which no callback waits for, named by its statement
+// or by the lock it waits for).
 func lockWaits(path string, offset int64) (callbacks, others []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -146,13 +147,31 @@ func lockWaits(path string, offset int64) (callbacks, others []string, err error
 		if w.statement != "" {
 			entry += " | STATEMENT: " + w.statement
 		}
-		if waitingApp(w.line) == callbackApp && !strings.HasPrefix(w.statement, "SELECT pg_notify(") && !strings.Contains(w.line, notifyLock) {
+		if app := waitingApp(w.line); (app == callbackApp || app == edgeApplication) && !strings.HasPrefix(w.statement, "SELECT pg_notify(") && !strings.Contains(w.line, notifyLock) {
 			callbacks = append(callbacks, entry)
 		} else {
 			others = append(others, entry)
 		}
 	}
 	return callbacks, others, sc.Err()
+}
+
+// extensionLock is how the log names a wait for a table's extension lock,
+// which every session that inserts into a full table takes in turn and
+// retention's sessions, which only delete, never take.
+const extensionLock = "on extension of relation"
+
+// byExtension splits lock waits into those for a table's extension lock
+// and the rest.
+func byExtension(waits []string) (extending, rest []string) {
+	for _, w := range waits {
+		if strings.Contains(w, extensionLock) {
+			extending = append(extending, w)
+		} else {
+			rest = append(rest, w)
+		}
+	}
+	return extending, rest
 }
 
 // logPID is the "[pid]" of a log line written with log_line_prefix

@@ -181,6 +181,9 @@ func TestLockWaitsClassified(t *testing.T) {
 		"2026-12-03 09:03:19.157 UTC [4625] notifyedge-retention LOG:  process 4625 still waiting for RowExclusiveLock on relation 16384 of database 5 after 50.0 ms",
 		// The notifier's commit at the protocol's Sync: no STATEMENT line.
 		"2026-12-03 09:03:20.001 UTC [4626] notifyedge LOG:  process 4626 still waiting for AccessExclusiveLock on object 0 of class 1262 of database 0 after 61.9 ms",
+		// The bench's own edge names its sessions apart; they are callbacks.
+		"2026-12-03 09:03:21.000 UTC [4627] notifyedge-bench-edge LOG:  process 4627 still waiting for ExclusiveLock on extension of relation 16409 of database 5 after 58.2 ms",
+		"2026-12-03 09:03:21.001 UTC [4628] notifyedge-bench-edge LOG:  process 4628 still waiting for ShareLock on transaction 11 after 50.3 ms",
 	}, "\n") + "\n"
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
@@ -189,8 +192,15 @@ func TestLockWaitsClassified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(callbacks) != 1 || !strings.Contains(callbacks[0], "[4624]") || !strings.Contains(callbacks[0], "notifyedge_process") {
-		t.Errorf("callback waits %q, want pid 4624's with its statement", callbacks)
+	if len(callbacks) != 3 || !strings.Contains(callbacks[0], "[4624]") || !strings.Contains(callbacks[0], "notifyedge_process") ||
+		!strings.Contains(callbacks[1], "[4627]") || !strings.Contains(callbacks[2], "[4628]") {
+		t.Errorf("callback waits %q, want pid 4624's with its statement, then the bench edge's 4627 and 4628", callbacks)
+	}
+	// A wait to extend a table is one retention never causes: it is told
+	// apart from the waits for a lock retention's deletes may hold.
+	extending, held := byExtension(callbacks)
+	if len(extending) != 1 || !strings.Contains(extending[0], "[4627]") || len(held) != 2 || !strings.Contains(held[1], "[4628]") {
+		t.Errorf("byExtension: extending %q, the rest %q; want 4627's, then 4624's and 4628's", extending, held)
 	}
 	if len(others) != 3 || !strings.Contains(others[0], "pg_notify") || !strings.Contains(others[1], "notifyedge-retention") || !strings.Contains(others[2], "[4626]") {
 		t.Errorf("other waits %q, want the notifier's (with and without its statement) and retention's", others)
