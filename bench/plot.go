@@ -19,9 +19,27 @@ var palette = []color.Color{
 }
 
 // WritePlots draws the open-loop (constant-rate) attacks: latency over time
-// and the latency percentile distribution, as PNG files in dir. It returns
-// their paths.
+// and the latency percentile distribution, and the retention rows' p99 by
+// second, as PNG files in dir. It returns their paths. A report read back
+// from its JSON file has no attacks' points: only its retention plots are
+// drawn again.
 func WritePlots(rep *Report, dir string) ([]string, error) {
+	stamp := rep.When.Format("20060102T150405Z")
+	var paths []string
+	for _, r := range []struct {
+		name string
+		f    *RetentionFigures
+	}{{"retention", rep.Retention}, {"grown-retention", grownRetentionFigures(rep)}} {
+		if r.f == nil || len(r.f.P99BySecondWith) == 0 {
+			continue
+		}
+		path := filepath.Join(dir, stamp+"-"+r.name+".png")
+		title := fmt.Sprintf("First deliveries at %.0f a second while retention deletes %d expired claims", r.f.FirstPeak/2, r.f.Backlog)
+		if err := retentionPlot(r.f, title, path); err != nil {
+			return paths, err
+		}
+		paths = append(paths, path)
+	}
 	var rows []Row
 	for _, r := range rep.Rows {
 		if len(r.Points) > 0 && r.Name != "ceiling: vegeta vs no-op" {
@@ -29,9 +47,8 @@ func WritePlots(rep *Report, dir string) ([]string, error) {
 		}
 	}
 	if len(rows) == 0 {
-		return nil, nil
+		return paths, nil
 	}
-	stamp := rep.When.Format("20060102T150405Z")
 
 	over := plot.New()
 	over.Title.Text = "Latency over time at a constant rate (vegeta)"
@@ -91,7 +108,15 @@ func WritePlots(rep *Report, dir string) ([]string, error) {
 	if err := pct.Save(9*vg.Inch, 5*vg.Inch, pctPath); err != nil {
 		return nil, fmt.Errorf("plot: %w", err)
 	}
-	return []string{overPath, pctPath}, nil
+	return append(paths, overPath, pctPath), nil
+}
+
+// grownRetentionFigures is the grown rows' retention figures, if they ran.
+func grownRetentionFigures(rep *Report) *RetentionFigures {
+	if rep.Grown == nil {
+		return nil
+	}
+	return rep.Grown.Retention
 }
 
 // percentileTicks labels 1/(1-q) positions as percentiles.

@@ -114,6 +114,9 @@ type RetentionFigures struct {
 	P99On      float64 `json:"p99_turns_on_ms,omitempty"`
 	P99Off     float64 `json:"p99_turns_off_ms,omitempty"`
 	TurnRatio  float64 `json:"p99_turns_ratio,omitempty"`
+	// TurnStarts are when each alternating turn began, in seconds from the
+	// second attack's start (the first may be a moment before it).
+	TurnStarts []float64 `json:"turn_starts_s,omitempty"`
 	// P99BySecond are the two rows' p99 in ms, second by second of their
 	// attacks.
 	P99BySecondWithout []float64 `json:"p99_by_second_without_ms"`
@@ -369,6 +372,21 @@ func (r *retentionRun) turnLatencies(points []Point) (on, off []time.Duration) {
 	return on, off
 }
 
+// turnStarts are when the alternating turns began, in seconds from the
+// second attack's start.
+func (r *retentionRun) turnStarts() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lead := r.attackAt.Sub(r.start)
+	var out []float64
+	for k, m := range r.marks {
+		if k < r.turns {
+			out = append(out, (m.at - lead).Seconds())
+		}
+	}
+	return out
+}
+
 // retentionBaseline is how long the row without retention runs (Quick:
 // Config.Duration): about as long as the deletion takes here, so that both
 // p99s cover the same kinds of seconds (checkpoints and the autovacuum of
@@ -538,6 +556,7 @@ func (e *env) retentionFigures(rep *Report, before string) *RetentionFigures {
 			f.P99On, f.P99Off = millis(percentilesOf(on).P99), millis(percentilesOf(off).P99)
 			f.TurnRatio = f.P99On / f.P99Off
 		}
+		f.TurnStarts = r.turnStarts()
 	}
 	return &f
 }

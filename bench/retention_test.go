@@ -242,4 +242,7 @@ func TestTurnLatencies(t *testing.T) {
 	if want := []time.Duration{2 * time.Millisecond, 3 * time.Millisecond}; !slices.Equal(off, want) {
 		t.Errorf("an attack 2 s late, without: %v, want %v", off, want)
 	}
+	if got, want := r.turnStarts(), []float64{-2, 8}; !slices.Equal(got, want) {
+		t.Errorf("the turns' starts from an attack 2 s late: %v, want %v", got, want)
+	}
 }

@@ -73,8 +73,12 @@ func main() {
 		bloat(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "plot" {
+		replot(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale|ha|soak|bloat [flags]")
+		fmt.Fprintln(os.Stderr, "usage: edgebench run|demo|lag|compare|bills|scale|ha|soak|bloat|plot [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("edgebench demo", flag.ExitOnError)
@@ -108,6 +112,41 @@ func lag(args []string) {
 		os.Exit(1)
 	}
 	fmt.Print(rep.Table())
+}
+
+// replot draws again the plots a run's JSON file holds the figures for
+// (its retention rows' p99 by second).
+func replot(args []string) {
+	fs := flag.NewFlagSet("edgebench plot", flag.ExitOnError)
+	from := fs.String("json", "", "a run's JSON file (edgebench run -out)")
+	out := fs.String("out", "bench/results", "directory for the plots")
+	fs.Parse(args)
+	b, err := os.ReadFile(*from)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintf(os.Stderr, "edgebench: %s: %v\n", *from, err)
+		os.Exit(1)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+	paths, err := bench.WritePlots(&rep, *out)
+	for _, p := range paths {
+		fmt.Println(p)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgebench:", err)
+		os.Exit(1)
+	}
+	if len(paths) == 0 {
+		fmt.Fprintf(os.Stderr, "edgebench: %s holds no figures to plot\n", *from)
+		os.Exit(1)
+	}
 }
 
 func run(args []string) {
