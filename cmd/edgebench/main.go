@@ -20,6 +20,7 @@
 //	edgebench bloat [-claims 1000000 -week 3m30s -weeks 2]
 //	                                            a week of claims and outbox rows turned over in minutes
 //	                                            under retention and autovacuum: the tables' sizes by day
+//	edgebench plot -json FILE [-out DIR]         a run's retention plots drawn again from its JSON file
 package main
 
 import (
