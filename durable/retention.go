@@ -297,7 +297,8 @@ SELECT (SELECT count(*) FROM d), (SELECT min(published_at) FROM d), (SELECT max(
        coalesce((SELECT max(id) FROM head WHERE id < coalesce((SELECT min(id) FROM head WHERE old IS NOT TRUE), 9223372036854775807)), $2)`
 
 // RunRetention deletes what is older than its retention (RetentionConfig)
-// until ctx ends, then returns nil; it returns an error at once only for a
+// until ctx ends, then returns nil (once the batch running then, if any,
+// has ended: its rows are counted); it returns an error at once only for a
 // configuration it refuses. Call it on every node: one at a time leads,
 // the holder of a session advisory lock of retention's own on a dedicated
 // connection; the others try again every Interval, and one of them takes
@@ -493,7 +494,19 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 			return cycle, ctx.Err()
 		}
 		began := cfg.now()
-		b, err := s.retentionBatch(ctx, conn, cfg, w, began, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow.bytes(), walking), meter)
+		// A batch once begun runs to its end, whatever ctx does: a DELETE
+		// cancelled midway may still have committed, and its rows would
+		// go uncounted. Its statement_timeout bounds it on the server;
+		// twice that bounds it here, should the connection hang.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*cfg.StatementTimeout)
+		b, err := s.retentionBatch(bctx, conn, cfg, w, began, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow.bytes(), walking), meter)
+		cancel()
+		if b.n > 0 {
+			cycle.Deleted[w.table.name] += b.n
+			if cfg.OnDeleted != nil {
+				cfg.OnDeleted(w.table.name, b.n)
+			}
+		}
 		if err != nil {
 			return cycle, wrap(ctx, "retention: delete from "+w.table.name, err)
 		}
@@ -507,10 +520,6 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		cycle.OthersWAL += b.others
 		if b.n > 0 {
 			w.walPerRow.add(b.wal, b.n)
-			cycle.Deleted[w.table.name] += b.n
-			if cfg.OnDeleted != nil {
-				cfg.OnDeleted(w.table.name, b.n)
-			}
 		}
 	}
 }

@@ -464,6 +464,41 @@ func TestRetentionBatches(t *testing.T) {
 	}
 }
 
+// A batch once begun runs to its end and is counted, even when the leader
+// is stopped while it runs: stopped midway, a DELETE that committed would
+// go uncounted. Here the stop comes after the pause before the first
+// batch, as that batch begins.
+func TestRetentionBatchOutlivesItsStop(t *testing.T) {
+	b := setup(t)
+	b.exec(t, `INSERT INTO notify_claim (biz_key, order_no, payload_hash, claim_state, created_at)
+		SELECT 'k' || g, 'O', repeat('0', 64), 'DONE', now() - interval '100 hours' - g * interval '1 second'
+		  FROM generate_series(1, 35) g`)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var deleted atomic.Int64
+	cfg := testRetention()
+	cfg.Batch = 10
+	cfg.OnDeleted = func(_ string, n int64) { deleted.Add(n) }
+	var pauses atomic.Int64
+	cfg = durable.WithRetentionClock(cfg, nil, func(ctx context.Context, d time.Duration) bool {
+		if pauses.Add(1) == 1 {
+			stop() // the first pause ends as the leader is stopped
+			return true
+		}
+		return ctx.Err() == nil
+	})
+	if err := b.store.RunRetention(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var left int64
+	if err := b.db.QueryRow(context.Background(), `SELECT count(*) FROM notify_claim`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 25 || deleted.Load() != 10 {
+		t.Errorf("stopped as its first batch began: %d claims left of 35, %d counted deleted; want the batch's 10 deleted and counted", left, deleted.Load())
+	}
+}
+
 // The tables are walked side by side, each on its own schedule: a backlog
 // of claims does not hold the outbox's deletions back until it is worked
 // off.
