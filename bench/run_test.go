@@ -38,8 +38,10 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("%s: invariants: %s", row.Name, row.Check)
 		}
 	}
-	if len(rep.Plots) != 2 {
-		t.Errorf("plots %v, want two PNG files", rep.Plots)
+	// Latency over time and by percentile, and the retention pair's p99
+	// by second.
+	if len(rep.Plots) != 3 || !strings.HasSuffix(rep.Plots[0], "-retention.png") {
+		t.Errorf("plots %v, want three PNG files, the retention pair's first", rep.Plots)
 	}
 	if rep.find("redis-down (killed at 1/2)").Outcomes["replayed_db"] == 0 {
 		t.Error("redis-down: nothing replayed from Postgres after the kill")
