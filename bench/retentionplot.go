@@ -51,7 +51,8 @@ func retentionPlot(f *RetentionFigures, title, path string) error {
 
 	// Events count from the first attack; the row while deleting began
 	// SecondAttackAt after it.
-	for i, sp := range checkpointSpans(f.Events, f.SecondAttackAt+end) {
+	legend := true
+	for _, sp := range checkpointSpans(f.Events, f.SecondAttackAt+end) {
 		from, to := sp[0]-f.SecondAttackAt, sp[1]-f.SecondAttackAt
 		if to < 0 || from > end {
 			continue
@@ -62,8 +63,9 @@ func retentionPlot(f *RetentionFigures, title, path string) error {
 		}
 		bar.Color, bar.LineStyle.Width = palette[1], 0
 		p.Add(bar)
-		if i == 0 {
+		if legend {
 			p.Legend.Add("checkpoints", bar)
+			legend = false
 		}
 	}
 
