@@ -64,7 +64,7 @@ func WritePlots(rep *Report, dir string) ([]string, error) {
 		}
 		s, err := plotter.NewScatter(pts)
 		if err != nil {
-			return nil, err
+			return paths, err
 		}
 		s.GlyphStyle.Color = palette[i%len(palette)]
 		s.GlyphStyle.Radius = vg.Points(1)
@@ -73,7 +73,7 @@ func WritePlots(rep *Report, dir string) ([]string, error) {
 	}
 	overPath := filepath.Join(dir, stamp+"-latency-over-time.png")
 	if err := over.Save(9*vg.Inch, 5*vg.Inch, overPath); err != nil {
-		return nil, fmt.Errorf("plot: %w", err)
+		return paths, fmt.Errorf("plot: %w", err)
 	}
 
 	pct := plot.New()
@@ -97,7 +97,7 @@ func WritePlots(rep *Report, dir string) ([]string, error) {
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {
-			return nil, err
+			return paths, err
 		}
 		l.Color = palette[i%len(palette)]
 		l.Width = vg.Points(2)
@@ -106,7 +106,7 @@ func WritePlots(rep *Report, dir string) ([]string, error) {
 	}
 	pctPath := filepath.Join(dir, stamp+"-latency-percentiles.png")
 	if err := pct.Save(9*vg.Inch, 5*vg.Inch, pctPath); err != nil {
-		return nil, fmt.Errorf("plot: %w", err)
+		return paths, fmt.Errorf("plot: %w", err)
 	}
 	return append(paths, overPath, pctPath), nil
 }

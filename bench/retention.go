@@ -523,9 +523,9 @@ func finishRetention(ctx context.Context, e *env) error {
 	f.Events, err = postgresEvents(e.st.PostgresLog(), r.logFrom, r.attacked)
 	errs = append(errs, err)
 	// The quick smoke run shares a loaded machine with other test
-	// binaries, where callbacks wait on each other (relation extension)
-	// whatever retention does: it reports the waits; the full run fails on
-	// them.
+	// binaries, where callbacks wait on each other whatever retention
+	// does: it reports the waits; the full run fails on them (a wait to
+	// extend a table, which retention never takes, is reported apart).
 	if len(f.CallbackLockWaits) > 0 && !e.cfg.Quick {
 		errs = append(errs, fmt.Errorf("%w: %d callback lock waits over 50 ms in the Postgres log, e.g. %s",
 			ErrInvariant, len(f.CallbackLockWaits), f.CallbackLockWaits[0]))

@@ -20,7 +20,7 @@ func retentionPlot(f *RetentionFigures, title, path string) error {
 	p.X.Label.Text = "seconds into the attack while deleting"
 	p.Y.Label.Text = "p99 of each second (ms)"
 	p.Legend.Top = true
-	top := 0.0
+	top := max(f.P99Without, f.Target*f.P99Without) // the reference lines stay in view
 	for _, v := range f.P99BySecondWith {
 		top = max(top, v)
 	}
@@ -38,7 +38,8 @@ func retentionPlot(f *RetentionFigures, title, path string) error {
 		if k+1 < len(starts) {
 			to = starts[k+1]
 		}
-		band, err := plotter.NewPolygon(plotter.XYs{{X: starts[k], Y: 0}, {X: to, Y: 0}, {X: to, Y: top}, {X: starts[k], Y: top}})
+		from := max(starts[k], 0) // the first turn may begin a moment before the row
+		band, err := plotter.NewPolygon(plotter.XYs{{X: from, Y: 0}, {X: to, Y: 0}, {X: to, Y: top}, {X: from, Y: top}})
 		if err != nil {
 			return fmt.Errorf("retention plot: %w", err)
 		}
@@ -49,11 +50,16 @@ func retentionPlot(f *RetentionFigures, title, path string) error {
 		}
 	}
 
-	// Events count from the first attack; the row while deleting began
-	// SecondAttackAt after it.
+	// Events count from the first attack. Retention started SecondAttackAt
+	// after it, and the row while deleting a moment later: the first
+	// turn's start, from the row's, is minus that moment.
+	at := f.SecondAttackAt
+	if len(f.TurnStarts) > 0 {
+		at -= f.TurnStarts[0]
+	}
 	legend := true
-	for _, sp := range checkpointSpans(f.Events, f.SecondAttackAt+end) {
-		from, to := sp[0]-f.SecondAttackAt, sp[1]-f.SecondAttackAt
+	for _, sp := range checkpointSpans(f.Events, at+end) {
+		from, to := sp[0]-at, sp[1]-at
 		if to < 0 || from > end {
 			continue
 		}

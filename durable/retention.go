@@ -500,6 +500,9 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 		// twice that bounds it here, should the connection hang.
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*cfg.StatementTimeout)
 		b, err := s.retentionBatch(bctx, conn, cfg, w, began, catchUpRate(cfg.CatchUpRate, walCap, w.walPerRow.bytes(), walking), meter)
+		if err != nil {
+			err = wrap(bctx, "retention: delete from "+w.table.name, err)
+		}
 		cancel()
 		if b.n > 0 {
 			cycle.Deleted[w.table.name] += b.n
@@ -508,7 +511,7 @@ func (s *Store) retentionCycle(ctx context.Context, conn *pgx.Conn, cfg Retentio
 			}
 		}
 		if err != nil {
-			return cycle, wrap(ctx, "retention: delete from "+w.table.name, err)
+			return cycle, err
 		}
 		// Never busy more than half the time, whatever the schedule
 		// asks: a batch that took long met a busy database, and the
@@ -567,17 +570,23 @@ func (s *Store) retentionBatch(ctx context.Context, conn *pgx.Conn, cfg Retentio
 	}
 	walFrom := cfg.now()
 	var oldest, newest pgtype.Timestamptz
+	// n is r.n only once the statement has succeeded: a Scan that fails
+	// (a commit refused, the connection lost) may have filled it in for
+	// rows that were never deleted.
+	var n int64
 	if w.table.byID {
 		var read int64
 		var lastOld bool
-		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.after, cfg.Batch).Scan(&r.n, &oldest, &newest, &read, &lastOld, &w.after, &w.resume); err != nil {
+		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.after, cfg.Batch).Scan(&n, &oldest, &newest, &read, &lastOld, &w.after, &w.resume); err != nil {
 			return r, err
 		}
+		r.n = n
 		w.done = read < int64(cfg.Batch) || !lastOld
 	} else {
-		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.from, cfg.Batch).Scan(&r.n, &oldest, &newest); err != nil {
+		if err := conn.QueryRow(ctx, w.table.batch, w.cutoff, w.from, cfg.Batch).Scan(&n, &oldest, &newest); err != nil {
 			return r, err
 		}
+		r.n = n
 		// A short batch means nothing old enough is left but rows other
 		// transactions hold: the next cycle takes those.
 		w.done = r.n < int64(cfg.Batch)

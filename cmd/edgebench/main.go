@@ -122,6 +122,13 @@ func replot(args []string) {
 	from := fs.String("json", "", "a run's JSON file (edgebench run -out)")
 	out := fs.String("out", "bench/results", "directory for the plots")
 	fs.Parse(args)
+	if *from == "" && fs.NArg() == 1 {
+		*from = fs.Arg(0)
+	}
+	if *from == "" {
+		fmt.Fprintln(os.Stderr, "usage: edgebench plot -json FILE [-out DIR]")
+		os.Exit(2)
+	}
 	b, err := os.ReadFile(*from)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "edgebench:", err)
