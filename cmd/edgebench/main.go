@@ -129,21 +129,16 @@ func replot(args []string) {
 		fmt.Fprintln(os.Stderr, "usage: edgebench plot -json FILE [-out DIR]")
 		os.Exit(2)
 	}
-	b, err := os.ReadFile(*from)
+	rep, err := bench.ReadReport(*from)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "edgebench:", err)
-		os.Exit(1)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		fmt.Fprintf(os.Stderr, "edgebench: %s: %v\n", *from, err)
 		os.Exit(1)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "edgebench:", err)
 		os.Exit(1)
 	}
-	paths, err := bench.WritePlots(&rep, *out)
+	paths, err := bench.WritePlots(rep, *out)
 	for _, p := range paths {
 		fmt.Println(p)
 	}
