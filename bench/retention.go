@@ -351,14 +351,10 @@ func (r *retentionRun) offBefore(t time.Duration) time.Duration {
 // they were sent in, with retention (on) or without (off); the points
 // after the alternating turns are left out.
 func (r *retentionRun) turnLatencies(points []Point) (on, off []time.Duration) {
-	r.mu.Lock()
-	marks := append([]turnMark(nil), r.marks...)
-	// The points count from the attack's start, the marks from the loop's.
-	lead := r.attackAt.Sub(r.start)
-	r.mu.Unlock()
+	marks := r.attackMarks()
 	for _, p := range points {
 		k := -1
-		for k+1 < len(marks) && marks[k+1].at <= p.At+lead {
+		for k+1 < len(marks) && marks[k+1].at <= p.At {
 			k++
 		}
 		switch {
@@ -372,16 +368,26 @@ func (r *retentionRun) turnLatencies(points []Point) (on, off []time.Duration) {
 	return on, off
 }
 
-// turnStarts are when the alternating turns began, in seconds from the
-// second attack's start.
-func (r *retentionRun) turnStarts() []float64 {
+// attackMarks are the turns' marks counted from the second attack's start,
+// as its points are, instead of from the loop's, a moment before it.
+func (r *retentionRun) attackMarks() []turnMark {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	lead := r.attackAt.Sub(r.start)
+	out := make([]turnMark, len(r.marks))
+	for i, m := range r.marks {
+		out[i] = turnMark{at: m.at - lead, on: m.on}
+	}
+	return out
+}
+
+// turnStarts are when the alternating turns began, in seconds from the
+// second attack's start.
+func (r *retentionRun) turnStarts() []float64 {
 	var out []float64
-	for k, m := range r.marks {
+	for k, m := range r.attackMarks() {
 		if k < r.turns {
-			out = append(out, (m.at - lead).Seconds())
+			out = append(out, m.at.Seconds())
 		}
 	}
 	return out
